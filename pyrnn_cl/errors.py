@@ -1,0 +1,34 @@
+"""Exception types of pyrnn_cl (API.md §0)."""
+
+
+class ShapeError(ValueError):
+    """A shape or rank mismatch; the message names the argument, the shape received and the shape
+    expected."""
+
+
+class UnsupportedError(NotImplementedError):
+    """A valid request that the chosen device cannot do (e.g. float64 without ``cl_khr_fp64``)."""
+
+
+class DeviceNotFoundError(RuntimeError):
+    """No OpenCL device matches the request; the message lists what was found and the fix."""
+
+
+class BuildError(RuntimeError):
+    """An OpenCL program failed to build.
+
+    Attributes: ``device`` (name), ``options`` (list of compiler options), ``log`` (the full build
+    log), ``source`` (the expanded source) and ``saved_path`` (where that source was written).
+    """
+
+    def __init__(self, message, *, device=None, options=None, log="", source="", saved_path=None):
+        super().__init__(message)
+        self.device = device
+        self.options = list(options or [])
+        self.log = log
+        self.source = source
+        self.saved_path = saved_path
+
+
+class CompilerWarning(UserWarning):
+    """A successful build produced a non-empty compiler log (shown only on request)."""
