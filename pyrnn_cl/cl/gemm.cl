@@ -1,0 +1,293 @@
+// =================================================================================================
+// gemm.cl -- general matrix multiply for pyrnn_cl (all row-major, element offsets and strides)
+//
+//   C[m x n] = alpha * op(A)[m x k] * op(B)[k x n] + beta * C        (beta == 0: C is not read)
+//
+// The host (pyrnn_cl/gemm.py) maps the four transpositions onto two kernels that both compute
+//
+//   D[i, j] = alpha * sum_k P[i, kk] * Q(kk, j) + beta * D[i, j]
+//
+// with P read through run-time strides  P[i, kk] = p[i*p_si + kk*p_sk]  and D written through
+// D[i, j] = d[i*d_si + j*d_sj]:
+//
+//   pyrnn_gemm_outer : Q[kk, j] = q[kk*ldq + j]      (rows of Q contiguous: NN, TN, and TT as C^T = B A)
+//   pyrnn_gemm_dot   : Q[j, kk] = q[j*ldq + kk]      (rows of P and Q both contiguous along k: NT)
+//
+//            outer                                        dot
+//            n (GEMM_TN = GEMM_TNV vectors of GEMM_VW per WI)       k (vectors of GEMM_DVW along k)
+//        +---------------+                            +----------------+
+//      k |  Q  -> vload  |                          n |  Q rows, vload |  GEMM_DTN rows per WI
+//        +---------------+                            +----------------+
+//   m +--+ +---------------+                       m +----------------+
+//     |P | |   D tile      |  GEMM_TM rows           | P rows, vload  |  GEMM_DTM rows per WI
+//     |  | |   in regs     |  per work-item          +----------------+
+//     +--+ +---------------+                       acc[DTM][DTN] vectors, summed horizontally at the end
+//
+// One work-item owns a register tile and runs the whole k loop (no local memory, no barriers):
+// PoCL does not vectorise across work-items, so the vector types inside a work-item are what
+// makes this fast on CPUs.  Global dimension 2 is the batch index (batch strides in elements).
+// Edges: rows beyond m are clamped on load and masked on store; in the outer kernel a column
+// tile that crosses n takes a slower element-wise path.  k == 0 yields D = beta * D (or 0).
+// =================================================================================================
+
+#include "common.h"
+
+#ifndef GEMM_TM
+#define GEMM_TM 6          // outer: rows of D per work-item
+#endif
+#ifndef GEMM_VW
+#if PYRNN_DTYPE == 2
+#define GEMM_VW 8          // outer: vector width along n (1, 2, 4, 8 or 16)
+#else
+#define GEMM_VW 16
+#endif
+#endif
+#ifndef GEMM_TN
+#define GEMM_TN (2 * GEMM_VW)  // outer: columns of D per work-item (a multiple of GEMM_VW)
+#endif
+#ifndef GEMM_DTM
+#define GEMM_DTM 4         // dot: rows of P (rows of D) per work-item
+#endif
+#ifndef GEMM_DTN
+#define GEMM_DTN 4         // dot: rows of Q (columns of D) per work-item
+#endif
+#ifndef GEMM_DVW
+#if PYRNN_DTYPE == 2
+#define GEMM_DVW 8         // dot: vector width along k (1, 2, 4, 8 or 16)
+#else
+#define GEMM_DVW 16
+#endif
+#endif
+#ifndef GEMM_MFAST
+#define GEMM_MFAST 1       // 1: global dim 0 runs over row tiles (work-items of a group share Q); 0: over column tiles
+#endif
+
+// ---- scalar / vector types ---------------------------------------------------------------------
+#if PYRNN_DTYPE == 2
+#define GEMM_T double
+#else
+#define GEMM_T float
+#endif
+#define GEMM_CAT_(a, b) a##b
+#define GEMM_CAT(a, b) GEMM_CAT_(a, b)
+#define GEMM_TNV (GEMM_TN / GEMM_VW)  // outer: vectors of D columns per work-item
+#define GEMM_NR (GEMM_TNV * GEMM_VW)   // = GEMM_TN
+
+#if GEMM_VW == 1
+#define GEMM_V GEMM_T
+#define GEMM_VLOAD(p) (*(p))
+#define GEMM_VSTORE(v, p) (*(p) = (v))
+#else
+#define GEMM_V GEMM_CAT(GEMM_T, GEMM_VW)
+#define GEMM_VLOAD(p) GEMM_CAT(vload, GEMM_VW)(0, p)
+#define GEMM_VSTORE(v, p) GEMM_CAT(vstore, GEMM_VW)(v, 0, p)
+#endif
+
+#if GEMM_DVW == 1
+#define GEMM_DV GEMM_T
+#define GEMM_DVLOAD(p) (*(p))
+#else
+#define GEMM_DV GEMM_CAT(GEMM_T, GEMM_DVW)
+#define GEMM_DVLOAD(p) GEMM_CAT(vload, GEMM_DVW)(0, p)
+#endif
+
+// horizontal sum of a GEMM_DV vector
+PYRNN_FUNC GEMM_T gemm_hsum(GEMM_DV v) {
+#if GEMM_DVW == 1
+  return v;
+#else
+  GEMM_T t[GEMM_DVW];
+  GEMM_CAT(vstore, GEMM_DVW)(v, 0, t);
+  GEMM_T s = (GEMM_T)0;
+  #pragma unroll
+  for (int e = 0; e < GEMM_DVW; ++e) s += t[e];
+  return s;
+#endif
+}
+
+// stores one value of D; beta == 0 never reads D (NaN-safe)
+#define GEMM_STORE1(ptr, val) \
+  do { if (beta == (GEMM_T)0) *(ptr) = alpha * (val); else *(ptr) = mad(beta, *(ptr), alpha * (val)); } while (0)
+
+// =================================================================================================
+// outer-product kernel: acc[i][v] += P[i, kk] * Q[kk, j0 + v*VW .. +VW]
+// =================================================================================================
+__kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM_T alpha, const GEMM_T beta,
+                               const __global GEMM_T* restrict p, const long p_off, const long p_si,
+                               const long p_sk, const long p_batch,
+                               const __global GEMM_T* restrict q, const long q_off, const long ldq,
+                               const long q_batch,
+                               __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
+                               const long d_batch) {
+#if GEMM_MFAST
+  const int mt = get_global_id(0), nt = get_global_id(1);
+#else
+  const int nt = get_global_id(0), mt = get_global_id(1);
+#endif
+  const int i0 = mt * GEMM_TM, j0 = nt * GEMM_NR;
+  if (i0 >= m || j0 >= n) return;
+  const long bi = get_global_id(2);
+  p += p_off + bi * p_batch;
+  q += q_off + bi * q_batch;
+  d += d_off + bi * d_batch;
+
+  // row pointers of P (rows beyond m clamped to m - 1: loaded, never stored)
+  const __global GEMM_T* prow[GEMM_TM];
+  #pragma unroll
+  for (int i = 0; i < GEMM_TM; ++i) prow[i] = p + (long)min(i0 + i, m - 1) * p_si;
+
+  GEMM_V acc[GEMM_TM][GEMM_TNV];
+  #pragma unroll
+  for (int i = 0; i < GEMM_TM; ++i) {
+    #pragma unroll
+    for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = (GEMM_V)0;
+  }
+
+  const __global GEMM_T* qk = q + j0;
+  if (j0 + GEMM_NR <= n) {
+    // full column tile: contiguous vector loads of Q
+    for (int kk = 0; kk < k; ++kk) {
+      GEMM_V bv[GEMM_TNV];
+      #pragma unroll
+      for (int v = 0; v < GEMM_TNV; ++v) bv[v] = GEMM_VLOAD(qk + v * GEMM_VW);
+      const long po = kk * p_sk;
+      #pragma unroll
+      for (int i = 0; i < GEMM_TM; ++i) {
+        const GEMM_V av = (GEMM_V)(prow[i][po]);
+        #pragma unroll
+        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = mad(av, bv[v], acc[i][v]);
+      }
+      qk += ldq;
+    }
+  } else {
+    // column tile crossing n: element-wise loads with clamped column index
+    for (int kk = 0; kk < k; ++kk) {
+      GEMM_V bv[GEMM_TNV];
+      #pragma unroll
+      for (int v = 0; v < GEMM_TNV; ++v) {
+        GEMM_T t[GEMM_VW];
+        for (int e = 0; e < GEMM_VW; ++e) t[e] = qk[min(v * GEMM_VW + e, n - 1 - j0)];
+#if GEMM_VW == 1
+        bv[v] = t[0];
+#else
+        bv[v] = GEMM_CAT(vload, GEMM_VW)(0, t);
+#endif
+      }
+      const long po = kk * p_sk;
+      #pragma unroll
+      for (int i = 0; i < GEMM_TM; ++i) {
+        const GEMM_V av = (GEMM_V)(prow[i][po]);
+        #pragma unroll
+        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = mad(av, bv[v], acc[i][v]);
+      }
+      qk += ldq;
+    }
+  }
+
+  // ---- store -------------------------------------------------------------------------------------
+  if (d_sj == 1 && j0 + GEMM_NR <= n && i0 + GEMM_TM <= m) {
+    #pragma unroll
+    for (int i = 0; i < GEMM_TM; ++i) {
+      __global GEMM_T* drow = d + (long)(i0 + i) * d_si + j0;
+      #pragma unroll
+      for (int v = 0; v < GEMM_TNV; ++v) {
+        __global GEMM_T* dp = drow + v * GEMM_VW;
+        if (beta == (GEMM_T)0) GEMM_VSTORE(alpha * acc[i][v], dp);
+        else GEMM_VSTORE(mad((GEMM_V)beta, GEMM_VLOAD(dp), alpha * acc[i][v]), dp);
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int i = 0; i < GEMM_TM; ++i) {
+      if (i0 + i >= m) break;
+      __global GEMM_T* drow = d + (long)(i0 + i) * d_si;
+      #pragma unroll
+      for (int v = 0; v < GEMM_TNV; ++v) {
+        GEMM_T t[GEMM_VW];
+#if GEMM_VW == 1
+        t[0] = acc[i][v];
+#else
+        GEMM_CAT(vstore, GEMM_VW)(acc[i][v], 0, t);
+#endif
+        for (int e = 0; e < GEMM_VW; ++e) {
+          const int j = j0 + v * GEMM_VW + e;
+          if (j < n) GEMM_STORE1(drow + (long)j * d_sj, t[e]);
+        }
+      }
+    }
+  }
+}
+
+// =================================================================================================
+// dot-product kernel: acc[i][j] += P[i, kk .. kk+DVW] * Q[j, kk .. kk+DVW], summed at the end
+// =================================================================================================
+__kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const GEMM_T alpha, const GEMM_T beta,
+                             const __global GEMM_T* restrict p, const long p_off, const long ldp,
+                             const long p_batch,
+                             const __global GEMM_T* restrict q, const long q_off, const long ldq,
+                             const long q_batch,
+                             __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
+                             const long d_batch) {
+#if GEMM_MFAST
+  const int mt = get_global_id(0), nt = get_global_id(1);
+#else
+  const int nt = get_global_id(0), mt = get_global_id(1);
+#endif
+  const int i0 = mt * GEMM_DTM, j0 = nt * GEMM_DTN;
+  if (i0 >= m || j0 >= n) return;
+  const long bi = get_global_id(2);
+  p += p_off + bi * p_batch;
+  q += q_off + bi * q_batch;
+  d += d_off + bi * d_batch;
+
+  const __global GEMM_T* prow[GEMM_DTM];
+  const __global GEMM_T* qrow[GEMM_DTN];
+  #pragma unroll
+  for (int i = 0; i < GEMM_DTM; ++i) prow[i] = p + (long)min(i0 + i, m - 1) * ldp;
+  #pragma unroll
+  for (int j = 0; j < GEMM_DTN; ++j) qrow[j] = q + (long)min(j0 + j, n - 1) * ldq;
+
+  GEMM_DV acc[GEMM_DTM][GEMM_DTN];
+  #pragma unroll
+  for (int i = 0; i < GEMM_DTM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < GEMM_DTN; ++j) acc[i][j] = (GEMM_DV)0;
+  }
+  int kk = 0;
+  for (; kk + GEMM_DVW <= k; kk += GEMM_DVW) {
+    GEMM_DV av[GEMM_DTM], bv[GEMM_DTN];
+    #pragma unroll
+    for (int i = 0; i < GEMM_DTM; ++i) av[i] = GEMM_DVLOAD(prow[i] + kk);
+    #pragma unroll
+    for (int j = 0; j < GEMM_DTN; ++j) bv[j] = GEMM_DVLOAD(qrow[j] + kk);
+    #pragma unroll
+    for (int i = 0; i < GEMM_DTM; ++i) {
+      #pragma unroll
+      for (int j = 0; j < GEMM_DTN; ++j) acc[i][j] = mad(av[i], bv[j], acc[i][j]);
+    }
+  }
+
+  GEMM_T s[GEMM_DTM][GEMM_DTN];
+  #pragma unroll
+  for (int i = 0; i < GEMM_DTM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = gemm_hsum(acc[i][j]);
+  }
+  for (; kk < k; ++kk) {   // k tail (k % GEMM_DVW elements)
+    #pragma unroll
+    for (int i = 0; i < GEMM_DTM; ++i) {
+      #pragma unroll
+      for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = mad(prow[i][kk], qrow[j][kk], s[i][j]);
+    }
+  }
+
+  #pragma unroll
+  for (int i = 0; i < GEMM_DTM; ++i) {
+    if (i0 + i >= m) break;
+    __global GEMM_T* drow = d + (long)(i0 + i) * d_si;
+    #pragma unroll
+    for (int j = 0; j < GEMM_DTN; ++j) {
+      if (j0 + j < n) GEMM_STORE1(drow + (long)(j0 + j) * d_sj, s[i][j]);
+    }
+  }
+}

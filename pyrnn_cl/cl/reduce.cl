@@ -1,0 +1,80 @@
+// =================================================================================================
+// reduce.cl -- column sums of a row-major matrix (bias gradients: sum over the T*N rows)
+//
+//   out[j] = beta * out[j] + sum_i A[i, j]          A: [rows x cols], row i at a + i*lda
+//                                                   (beta == 0: out is not read)
+//
+//            cols ->  (REDUCE_VW columns per work-item, vector loads along the row)
+//         +----------------------------+
+//   rows  | WI 0 | WI 1 | ...   | edge |   each work-item walks all rows of its column strip with
+//         |  ||  |  ||  |       |  ||  |   REDUCE_ACC independent accumulators (rows i, i+1, ...)
+//         +----------------------------+
+//   out   [  sum  |  sum  | ... | sum  ]
+//
+// Global dimension 0: column strips (rounded up to the work-group size), dimension 1: batch index
+// (A_b = a + a_off + b*a_batch, out_b = out + out_off + b*out_batch; strides in elements).
+// The last strip, when cols is not a multiple of REDUCE_VW, runs a scalar loop.  No barriers.
+// =================================================================================================
+
+#include "common.h"
+
+#ifndef REDUCE_VW
+#if PYRNN_DTYPE == 2
+#define REDUCE_VW 8        // columns per work-item = vector width (1, 2, 4, 8 or 16)
+#else
+#define REDUCE_VW 16
+#endif
+#endif
+#ifndef REDUCE_ACC
+#define REDUCE_ACC 4       // independent partial sums per work-item (rows interleaved)
+#endif
+
+#if PYRNN_DTYPE == 2
+#define REDUCE_T double
+#else
+#define REDUCE_T float
+#endif
+#define REDUCE_CAT_(a, b) a##b
+#define REDUCE_CAT(a, b) REDUCE_CAT_(a, b)
+#if REDUCE_VW == 1
+#define REDUCE_V REDUCE_T
+#define REDUCE_VLOAD(p) (*(p))
+#define REDUCE_VSTORE(v, p) (*(p) = (v))
+#else
+#define REDUCE_V REDUCE_CAT(REDUCE_T, REDUCE_VW)
+#define REDUCE_VLOAD(p) REDUCE_CAT(vload, REDUCE_VW)(0, p)
+#define REDUCE_VSTORE(v, p) REDUCE_CAT(vstore, REDUCE_VW)(v, 0, p)
+#endif
+
+__kernel void pyrnn_sum_rows(const int rows, const int cols, const REDUCE_T beta,
+                             const __global REDUCE_T* restrict a, const long a_off, const long lda,
+                             const long a_batch,
+                             __global REDUCE_T* out, const long out_off, const long out_batch) {
+  const int j0 = get_global_id(0) * REDUCE_VW;
+  if (j0 >= cols) return;
+  const long bi = get_global_id(1);
+  a += a_off + bi * a_batch + j0;
+  out += out_off + bi * out_batch + j0;
+
+  if (j0 + REDUCE_VW <= cols) {
+    REDUCE_V acc[REDUCE_ACC];
+    #pragma unroll
+    for (int u = 0; u < REDUCE_ACC; ++u) acc[u] = (REDUCE_V)0;
+    int i = 0;
+    for (; i + REDUCE_ACC <= rows; i += REDUCE_ACC) {
+      #pragma unroll
+      for (int u = 0; u < REDUCE_ACC; ++u) acc[u] += REDUCE_VLOAD(a + (long)(i + u) * lda);
+    }
+    for (; i < rows; ++i) acc[0] += REDUCE_VLOAD(a + (long)i * lda);
+    #pragma unroll
+    for (int u = 1; u < REDUCE_ACC; ++u) acc[0] += acc[u];
+    if (beta == (REDUCE_T)0) REDUCE_VSTORE(acc[0], out);
+    else REDUCE_VSTORE(mad((REDUCE_V)beta, REDUCE_VLOAD(out), acc[0]), out);
+  } else {
+    for (int e = 0; e < cols - j0; ++e) {
+      REDUCE_T s = (REDUCE_T)0;
+      for (int i = 0; i < rows; ++i) s += a[(long)i * lda + e];
+      out[e] = (beta == (REDUCE_T)0) ? s : mad(beta, out[e], s);
+    }
+  }
+}
