@@ -1,0 +1,111 @@
+"""The one place where pyrnn_cl reads environment variables.
+
+Every variable is read through a function, at call time, with a default, so tests can change
+``os.environ`` (``monkeypatch.setenv``) and see the effect at once. No other module reads
+``os.environ`` for a ``PYRNN_CL_*`` name (style.md §1.1: pyopencl's ``cache.py`` once did
+``os.environ["PYOPENCL_CACHE_FAILURE_FATAL"]`` and raised ``KeyError`` wherever CI did not set it).
+
+=============================  ==========================================================  ==========
+Variable                       Meaning                                                     Default
+=============================  ==========================================================  ==========
+``PYRNN_CL_DEVICE``            Device spec for the default device (``"0:1"``, ``"pocl"``,  unset
+                               ``"gpu"``, a name substring; see ``pyrnn_cl.devices``).
+``PYOPENCL_CTX``               pyopencl's own choice (``"0"``, ``"0:1"``, ``"AMD:0"``,     unset
+                               substrings), used when ``PYRNN_CL_DEVICE`` is unset.
+``PYRNN_CL_PROFILE``           Force a vendor profile by name (``"pocl"``, ``"generic"``)  unset
+                               for every device, e.g. to work around a mis-detection.
+``PYRNN_CL_CACHE_DIR``         Directory of the on-disk kernel binary cache.               user cache
+``PYRNN_CL_NO_CACHE``          ``1`` disables the disk cache (memory memo stays).          ``0``
+``PYRNN_CL_COMPILER_OUTPUT``   ``1`` turns non-empty build logs into ``CompilerWarning``.  ``0``
+``PYRNN_CL_DUMP_SOURCE``       ``1`` writes every expanded kernel source to the cache dir  ``0``
+                               (``<key>.cl``) and logs the path.
+``PYRNN_CL_TEST``              Device filter for the test-suite (PYOPENCL_TEST syntax:     unset
+                               ``"0:0,1;intel:i5"``).
+``PYRNN_CL_REQUIRE_DEVICE``    ``1``: a test session fails if no kernel ran on a device.   ``0``
+=============================  ==========================================================  ==========
+
+The user cache directory is ``$XDG_CACHE_HOME/pyrnn_cl`` (``~/.cache/pyrnn_cl`` when unset) on
+Linux and other Unixes, ``~/Library/Caches/pyrnn_cl`` on macOS and
+``%LOCALAPPDATA%\\pyrnn_cl\\Cache`` on Windows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+def _get(name: str) -> str | None:
+    """The stripped value of ``name``; ``None`` when unset or empty."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _flag(name: str) -> bool:
+    """A boolean variable: unset, empty, ``0``, ``false``, ``no`` and ``off`` mean False."""
+    value = os.environ.get(name, "")
+    return value.strip().lower() not in _FALSE_WORDS
+
+
+def device_spec() -> str | None:
+    """``PYRNN_CL_DEVICE``: the user's device spec, or ``None``."""
+    return _get("PYRNN_CL_DEVICE")
+
+
+def pyopencl_ctx() -> str | None:
+    """``PYOPENCL_CTX``: pyopencl's device choice, honoured when ``PYRNN_CL_DEVICE`` is unset."""
+    return _get("PYOPENCL_CTX")
+
+
+def forced_profile() -> str | None:
+    """``PYRNN_CL_PROFILE``: a profile name forced on every device, or ``None``."""
+    value = _get("PYRNN_CL_PROFILE")
+    return value.lower() if value else None
+
+
+def default_cache_dir() -> Path:
+    """The per-user cache directory for pyrnn_cl (not created here)."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+        return Path(base) / "pyrnn_cl" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "pyrnn_cl"
+    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pyrnn_cl"
+
+
+def cache_dir() -> Path:
+    """``PYRNN_CL_CACHE_DIR``, else :func:`default_cache_dir` (not created here)."""
+    value = _get("PYRNN_CL_CACHE_DIR")
+    return Path(os.path.expanduser(value)) if value else default_cache_dir()
+
+
+def cache_enabled() -> bool:
+    """False when ``PYRNN_CL_NO_CACHE`` is set to a true value."""
+    return not _flag("PYRNN_CL_NO_CACHE")
+
+
+def compiler_output() -> bool:
+    """``PYRNN_CL_COMPILER_OUTPUT``: show non-empty build logs as ``CompilerWarning``."""
+    return _flag("PYRNN_CL_COMPILER_OUTPUT")
+
+
+def dump_source() -> bool:
+    """``PYRNN_CL_DUMP_SOURCE``: write every expanded kernel source next to the cache."""
+    return _flag("PYRNN_CL_DUMP_SOURCE")
+
+
+def test_filter() -> str | None:
+    """``PYRNN_CL_TEST``: the device filter for the test-suite (PYOPENCL_TEST syntax)."""
+    return _get("PYRNN_CL_TEST")
+
+
+def require_device() -> bool:
+    """``PYRNN_CL_REQUIRE_DEVICE``: a test session must run at least one kernel."""
+    return _flag("PYRNN_CL_REQUIRE_DEVICE")

@@ -1,0 +1,153 @@
+"""``VendorProfile``: what pyrnn_cl does differently on one family of OpenCL implementations.
+
+A profile answers four questions about a :class:`~pyrnn_cl.devices.info.DeviceInfo`, each from data
+and without touching OpenCL:
+
+* ``matches(info)``: is this implementation ours? Profiles are tried highest ``priority`` first,
+  so an implementation that runs on another vendor's hardware (PoCL-CUDA on an NVIDIA GPU, Apple's
+  runtime on an AMD GPU) is claimed by the implementation's profile, not the hardware vendor's.
+* ``default_rank(info)``: where the device sits in the default choice (API.md §4), or ``None``
+  when it is never picked unless asked for by name.
+* ``build_options(info)`` and ``filter_log(log)``: compiler options and benign log lines.
+* ``tuning(info, family)``: launch/tiling parameters of a kernel family, looked up in the
+  ``TUNING`` table through the chain *device-name entry -> vendor default -> generic default*
+  (CLBlast's database order, style.md §1.3).
+
+Quirks are plain class attributes, each with a comment giving the reason, so a reader sees every
+vendor difference in one short file per vendor.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+__all__ = [
+    "VendorProfile",
+    "DEFAULT_TUNING",
+    "TIER_FAST_GPU",
+    "TIER_APPLE_GPU",
+    "TIER_INTEL_GPU",
+    "TIER_OTHER_GPU",
+    "TIER_CPU",
+    "TIER_OTHER",
+]
+
+# Default-choice tiers (API.md §4): lower is preferred.
+TIER_FAST_GPU = 0  # NVIDIA or AMD discrete/integrated GPU with the vendor's own runtime
+TIER_APPLE_GPU = 1
+TIER_INTEL_GPU = 2
+TIER_OTHER_GPU = 3  # any other GPU (Mesa rusticl/Clover, PoCL-CUDA, Mali, Adreno, ...)
+TIER_CPU = 4  # CPU runtimes: PoCL first, then Intel's CPU runtime, then others
+TIER_OTHER = 5  # accelerators, FPGA emulators, unknown types
+
+# Generic default tuning per kernel family: the last link of every lookup chain. Kernel files also
+# carry ``#ifndef`` defaults, so a family missing here still compiles. Placeholders until the
+# kernel owners tune them; the keys are the ``#define`` names the kernels read.
+DEFAULT_TUNING: dict[str, dict[str, int]] = {
+    "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 4, "GEMM_WG": 64},
+    "recurrence": {"REC_VW": 8, "REC_NB": 4},
+}
+
+
+class VendorProfile:
+    """Base profile; subclasses override the class attributes and, rarely, the methods."""
+
+    #: Profile name used in specs (``get_device("pocl")``) and in ``PYRNN_CL_PROFILE``.
+    name: ClassVar[str] = "base"
+    #: Matching order: profiles are tried from the highest priority down.
+    priority: ClassVar[int] = 0
+    #: ``{key: {family: {NAME: value}}}``; key ``"default"`` is the vendor default, any other key
+    #: is matched as a case-insensitive substring of the device name (longest key wins).
+    TUNING: ClassVar[dict[str, dict[str, dict[str, int]]]] = {}
+
+    # -- quirks (overridden per vendor, each with its reason) ----------------------------------
+
+    #: Threads that execute in lock-step (warp/wavefront/SIMD width); 1 when unknown.
+    simd_width: ClassVar[int] = 1
+    #: The implementation vectorises explicit vector types (float4) rather than across
+    #: work-items, so kernels should use vector loads on it.
+    prefers_explicit_vectors: ClassVar[bool] = False
+    #: The runtime keeps its own compiled-kernel cache (our disk cache is still used: it saves
+    #: the front-end work that PoCL/NVIDIA's caches still repeat).
+    caches_builds: ClassVar[bool] = False
+    #: A kernel's work-group limit can be lower than the device's ``max_work_group_size``; always
+    #: ask ``Program.work_group_size(name)`` (true of every OpenCL device; a known trap on some).
+    kernel_wg_limit_below_device: ClassVar[bool] = False
+    #: Regular expressions of benign build-log lines dropped before logging.
+    BENIGN_LOG_LINES: ClassVar[tuple[str, ...]] = ()
+
+    # -- matching and ranking ------------------------------------------------------------------
+
+    def matches(self, info) -> bool:
+        """True when this profile describes ``info``'s implementation."""
+        return False
+
+    def default_rank(self, info) -> tuple | None:
+        """Sort key for the default choice (lower first), or ``None`` to skip the device.
+
+        The first element is a ``TIER_*`` constant; later elements break ties inside a tier.
+        """
+        return (_tier_by_type(info), 2)
+
+    # -- building ------------------------------------------------------------------------------
+
+    def build_options(self, info) -> list[str]:
+        """Compiler options for ``info``.
+
+        Kernels are written for the OpenCL C 1.2 feature set (pitfalls C18); saying so explicitly
+        keeps OpenCL 3.0 compilers from assuming optional 2.x/3.0 features. No
+        ``-cl-fast-relaxed-math``: results must match the float64 reference.
+        """
+        if info.opencl_c_version_tuple >= (1, 2):
+            return ["-cl-std=CL1.2"]
+        return []
+
+    def filter_log(self, log: str) -> str:
+        """``log`` without the lines matching :attr:`BENIGN_LOG_LINES` (and blank lines)."""
+        patterns = [re.compile(p) for p in self.BENIGN_LOG_LINES]
+        kept = [
+            line
+            for line in (log or "").splitlines()
+            if line.strip() and not any(p.search(line) for p in patterns)
+        ]
+        return "\n".join(kept)
+
+    # -- tuning --------------------------------------------------------------------------------
+
+    def tuning(self, info, family: str) -> dict[str, int]:
+        """Tuning values of ``family`` for ``info``: generic default, updated by this profile's
+        ``"default"`` entry, updated by the longest device-name entry matching ``info.name``.
+
+        Returns a fresh dict (callers may modify it); ``{}`` for a family no table mentions, in
+        which case the kernels' own ``#ifndef`` defaults apply.
+        """
+        values = dict(DEFAULT_TUNING.get(family, {}))
+        values.update(self.TUNING.get("default", {}).get(family, {}))
+        device_name = (info.name or "").lower()
+        keys = [k for k in self.TUNING if k != "default" and k.lower() in device_name]
+        if keys:
+            values.update(self.TUNING[max(keys, key=len)].get(family, {}))
+        return values
+
+    def __repr__(self) -> str:
+        return f"<VendorProfile {self.name}>"
+
+
+def _tier_by_type(info) -> int:
+    """Tier of a device whose vendor gets no special place: by device type only."""
+    return {"gpu": TIER_OTHER_GPU, "cpu": TIER_CPU}.get(info.type, TIER_OTHER)
+
+
+def text_of(info) -> str:
+    """Platform and device names and vendors, lower-cased, for vendor matching."""
+    return " | ".join(
+        (info.platform_name, info.platform_vendor, info.name, info.vendor)
+    ).lower()
+
+
+def is_mesa(info) -> bool:
+    """Mesa's rusticl and Clover run on AMD/Intel/NVIDIA hardware but share none of the vendor
+    runtimes' behaviour, so the vendor profiles leave them to the generic one."""
+    platform = (info.platform_name + " " + info.platform_vendor).lower()
+    return "rusticl" in platform or "clover" in platform or "mesa" in platform

@@ -1,0 +1,136 @@
+"""``DeviceInfo``: a plain, hashable description of one OpenCL device.
+
+Everything the device layer decides (profile, ranking, spec matching, tuning, dtype checks) is a
+function of a ``DeviceInfo``, so all of it can be tested with hand-written infos and no OpenCL.
+:meth:`DeviceInfo.from_cl` is the only place that queries pyopencl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = ["DeviceInfo", "parse_version"]
+
+
+def parse_version(text: str, prefix: str = "") -> tuple[int, ...]:
+    """The first dotted number after ``prefix`` in ``text`` as a tuple (``()`` if none).
+
+    >>> parse_version("OpenCL 3.0 PoCL 3.1+debian  Linux", "PoCL")
+    (3, 1)
+    """
+    pattern = re.escape(prefix) + r"\s*(\d+(?:\.\d+)*)" if prefix else r"(\d+(?:\.\d+)*)"
+    match = re.search(pattern, text or "")
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    """What pyrnn_cl knows about a device (API.md §4).
+
+    ``has_fp64``/``has_fp16`` default to what ``extensions`` reports; pass them explicitly only to
+    override. ``platform_index``/``device_index`` are the positions in ``cl.get_platforms()`` and
+    ``platform.get_devices()`` (``-1`` for infos not made from a live device).
+    """
+
+    platform_name: str
+    platform_vendor: str = ""
+    platform_version: str = ""
+    name: str = ""
+    vendor: str = ""
+    version: str = ""
+    driver_version: str = ""
+    type: str = "other"
+    compute_units: int = 1
+    global_mem_size: int = 0
+    local_mem_size: int = 0
+    max_work_group_size: int = 1
+    extensions: tuple[str, ...] = ()
+    has_fp64: bool | None = None
+    has_fp16: bool | None = None
+    opencl_c_version: str = ""
+    platform_index: int = -1
+    device_index: int = -1
+
+    def __post_init__(self):
+        extensions = tuple(self.extensions)
+        if isinstance(self.extensions, str):
+            extensions = tuple(self.extensions.split())
+        object.__setattr__(self, "extensions", extensions)
+        if self.has_fp64 is None:
+            object.__setattr__(self, "has_fp64", "cl_khr_fp64" in extensions)
+        if self.has_fp16 is None:
+            object.__setattr__(self, "has_fp16", "cl_khr_fp16" in extensions)
+        if self.type not in ("gpu", "cpu", "accelerator", "other"):
+            object.__setattr__(self, "type", "other")
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> str:
+        """``"P:D"``, the index spec of this device (``"?:?"`` if unknown)."""
+        if self.platform_index < 0 or self.device_index < 0:
+            return "?:?"
+        return f"{self.platform_index}:{self.device_index}"
+
+    @property
+    def opencl_c_version_tuple(self) -> tuple[int, ...]:
+        """``(1, 2)`` for ``"OpenCL C 1.2 PoCL"``; ``(1, 2)`` when unknown (the safe floor)."""
+        return parse_version(self.opencl_c_version, "OpenCL C") or (1, 2)
+
+    def describe(self) -> str:
+        """``"<device name> on <platform name> [P:D]"``, for messages."""
+        return f"{self.name.strip()} on {self.platform_name.strip()} [{self.index}]"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_cl(cls, cl_device, platform_index: int = -1, device_index: int = -1) -> DeviceInfo:
+        """Query a ``pyopencl.Device``; tolerant of implementations that misreport fields."""
+        import pyopencl as cl
+
+        def query(getter, default):
+            try:
+                value = getter()
+            except Exception:  # noqa: BLE001 - a broken query must not hide the device
+                return default
+            return default if value is None else value
+
+        platform = cl_device.platform
+        return cls(
+            platform_name=query(lambda: platform.name, "").strip(),
+            platform_vendor=query(lambda: platform.vendor, "").strip(),
+            platform_version=query(lambda: platform.version, "").strip(),
+            name=query(lambda: cl_device.name, "").strip(),
+            vendor=query(lambda: cl_device.vendor, "").strip(),
+            version=query(lambda: cl_device.version, "").strip(),
+            driver_version=query(lambda: cl_device.driver_version, "").strip(),
+            type=_device_type(query(lambda: int(cl_device.type), 0), cl),
+            compute_units=query(lambda: int(cl_device.max_compute_units), 1),
+            global_mem_size=query(lambda: int(cl_device.global_mem_size), 0),
+            local_mem_size=query(lambda: int(cl_device.local_mem_size), 0),
+            max_work_group_size=query(lambda: int(cl_device.max_work_group_size), 1),
+            extensions=tuple(query(lambda: cl_device.extensions, "").split()),
+            opencl_c_version=query(lambda: cl_device.opencl_c_version, "").strip(),
+            platform_index=platform_index,
+            device_index=device_index,
+        )
+
+
+def _device_type(bits: int, cl) -> str:
+    """Classify a ``CL_DEVICE_TYPE`` bit field.
+
+    Tested bit by bit instead of ``cl.device_type.to_string``: that raised for PoCL builds that do
+    not describe themselves as a CPU (silx ``opencl/common.py``), and PoCL 3.1 reports bits that
+    ``to_string`` renders as ``"ALL | CPU"``.
+    """
+    if bits & cl.device_type.GPU:
+        return "gpu"
+    if bits & cl.device_type.CPU:
+        return "cpu"
+    if bits & cl.device_type.ACCELERATOR:
+        return "accelerator"
+    return "other"

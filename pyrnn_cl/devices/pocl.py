@@ -1,0 +1,72 @@
+"""PoCL, the Portable Computing Language (CPU and other back-ends)."""
+
+from __future__ import annotations
+
+from .base import TIER_CPU, TIER_OTHER_GPU, VendorProfile
+from .info import parse_version
+
+
+class PoclProfile(VendorProfile):
+    name = "pocl"
+    # Highest: PoCL also drives NVIDIA (pocl-cuda) and Intel (level0) hardware, with PoCL's
+    # behaviour rather than the vendor runtime's.
+    priority = 100
+
+    # PoCL's CPU back-end vectorises explicit vector types (float4/float8) well; its implicit
+    # vectorisation across work-items ("loopvec") often fails for our kernels, so they should
+    # use vector loads/arithmetic on PoCL.
+    prefers_explicit_vectors = True
+    # PoCL compiles a work-group function per local size at enqueue time: a launch with a new
+    # local size (or local_size=None, which lets PoCL pick) costs a fresh compile. Use a small,
+    # fixed set of explicit local sizes.
+    specialises_per_local_size = True
+    # PoCL keeps its own kernel cache (~/.cache/pocl/kcache). pyopencl's binary cache on top of
+    # it forces a second compile (inducer/pyopencl#731, pitfalls C15), so programs.py always
+    # builds with pyopencl's cache disabled and keeps its own.
+    caches_builds = True
+    # Barriers inside work-item-dependent control flow and partial work-groups with local memory
+    # have been miscompiled (pitfalls C12): keep barriers unconditional.
+    fragile_barriers = True
+    # Vector width the CPU back-end handles well (AVX2/AVX-512 fit 8 floats).
+    simd_width = 8
+
+    #: Substrings of ``platform_version`` marking a distribution build (Debian/Ubuntu package
+    #: ``pocl-opencl-icd``): preferred over other builds such as pip's ``pocl-binary-
+    #: distribution`` wheel, which was measured to be slower on our kernels. Inside a group the
+    #: newer PoCL (then the newer LLVM) wins.
+    PREFERRED_BUILD_MARKERS = ("+debian", "+ubuntu", "+deb", "+fedora")
+
+    TUNING = {
+        "default": {
+            "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 8, "GEMM_WG": 16},
+            "recurrence": {"REC_VW": 8, "REC_NB": 4},
+        },
+    }
+
+    def matches(self, info) -> bool:
+        platform = (info.platform_name + " " + info.platform_vendor).lower()
+        return (
+            "portable computing language" in platform
+            or "pocl" in platform
+            or "pocl" in info.platform_version.lower()
+        )
+
+    def build_preference(self, info) -> tuple:
+        """Tie-break among PoCL installs: (0 for a distribution build else 1, -version, -LLVM)."""
+        version = info.platform_version
+        distro = any(marker in version.lower() for marker in self.PREFERRED_BUILD_MARKERS)
+        pocl_version = parse_version(version, "PoCL") or (0,)
+        llvm_version = parse_version(version, "LLVM") or (0,)
+        return (
+            0 if distro else 1,
+            tuple(-v for v in pocl_version),
+            tuple(-v for v in llvm_version),
+        )
+
+    def default_rank(self, info):
+        if info.type == "cpu":
+            return (TIER_CPU, 0, self.build_preference(info))
+        if info.type == "gpu":
+            # PoCL-CUDA / level0 run GPUs slower than the vendor's runtime would.
+            return (TIER_OTHER_GPU, 1, self.build_preference(info))
+        return super().default_rank(info)

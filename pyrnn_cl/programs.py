@@ -1,0 +1,557 @@
+"""Build, cache and launch OpenCL programs.
+
+``get_program(device, "recurrence.cl", {"PYRNN_DTYPE": 1, ...})`` returns a :class:`Program`,
+built at most once per (context, device, source, defines, options) in this process and at most
+once per machine thanks to a disk cache of program binaries. ``enqueue`` is the one place where
+the library launches kernels; it counts launches (``launch_count()``) so tests and ``selftest`` can
+tell that work really ran on a device (pitfalls C14).
+
+Disk cache (API.md §4, style.md §1.1/§1.7). One file per program,
+``<cache_dir>/programs/<key>.clbin``. ``key`` is the SHA-256 of the expanded source (which holds
+every included header and the ``#define`` block), the build options, the platform
+vendor/name/version, the device vendor/name/version, the driver version, the pyrnn_cl version and
+the cache format. The file is ``MAGIC``, the SHA-256 of the binary, a newline, and the binary, so
+a truncated or corrupted file is detected. Files are written to a temporary name in the same
+directory and moved into place with ``os.replace``, so readers never see half a file and
+concurrent writers of one key simply race to the same content. Any unreadable entry, or one the
+driver refuses (``CL_INVALID_BINARY`` after a driver/OS update, pitfalls C5), gives a
+:class:`CacheWarning` and a rebuild from source; an unwritable cache directory gives one warning
+and the process goes on with the in-memory memo only.
+
+pyopencl's own ``Program.build`` is bypassed: its binary cache would compile twice on PoCL
+(inducer/pyopencl#731, pitfalls C15), it adds its include path and ``PYOPENCL_BUILD_OPTIONS``
+outside our cache key, and it turns benign build logs into warnings (pitfalls D3). We build
+pyopencl's underlying program object directly and route the log through ``logging``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pyopencl as cl
+
+from . import _env, sources
+from ._version import __version__
+from .errors import BuildError, CompilerWarning
+
+__all__ = [
+    "Program",
+    "CacheWarning",
+    "get_program",
+    "enqueue",
+    "launch_count",
+    "cache_key",
+    "cache_stats",
+    "clear_memo",
+]
+
+logger = logging.getLogger("pyrnn_cl")
+
+#: Bump when the cache file layout or the key material changes.
+CACHE_FORMAT = 1
+_MAGIC = b"PYRNN_CL-BINARY %d\n" % CACHE_FORMAT
+#: Build-log lines shown in ``str(BuildError)``; the whole log is in ``BuildError.log``.
+LOG_LINES_IN_MESSAGE = 30
+
+
+class CacheWarning(UserWarning):
+    """The disk cache could not be used (bad entry or unwritable directory); never fatal."""
+
+
+# {{{ pyopencl adapter
+#
+# pyopencl's public Program.build adds its own cache and options (module docstring). Its
+# underlying ``_cl._Program`` is the plain OpenCL program object; ``_build`` is clBuildProgram
+# without pyopencl's log-to-warning step. Both have been stable for many releases; if a future
+# pyopencl renames them, the public calls below are the fallback.
+
+
+def _raw_from_source(context, source: str):
+    raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
+    if raw_cls is not None:
+        return raw_cls(context, source)
+    return cl.Program(context, source)._get_prg()  # pragma: no cover - old/new pyopencl
+
+
+def _raw_from_binary(context, cl_device, binary: bytes):
+    raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
+    if raw_cls is not None:
+        return raw_cls(context, [cl_device], [binary])
+    return cl.Program(context, [cl_device], [binary])._get_prg()  # pragma: no cover
+
+
+def _raw_build(raw, options: Sequence[str], cl_device) -> None:
+    """clBuildProgram; raises ``cl.Error`` on failure."""
+    options_bytes = " ".join(options).encode()
+    if hasattr(raw, "_build"):
+        raw._build(options=options_bytes, devices=[cl_device])
+    else:  # pragma: no cover - pyopencl without the private entry point
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw.build(options_bytes, [cl_device])
+
+
+def _build_log(raw, cl_device) -> str:
+    try:
+        return raw.get_build_info(cl_device, cl.program_build_info.LOG) or ""
+    except Exception:  # noqa: BLE001 - the log is diagnostics; never hide the real error
+        return ""
+
+
+def _binary_of(raw, cl_device) -> bytes | None:
+    """The program binary for ``cl_device`` (programs on multi-device contexts hold several)."""
+    try:
+        devices = raw.get_info(cl.program_info.DEVICES)
+        binaries = raw.get_info(cl.program_info.BINARIES)
+    except cl.Error:
+        return None
+    for dev, binary in zip(devices, binaries):
+        if dev == cl_device and binary:
+            return bytes(binary)
+    return None
+
+
+def _error_text(exc) -> str:
+    code = getattr(exc, "code", None)
+    try:
+        name = cl.status_code.to_string(code)
+    except Exception:  # noqa: BLE001
+        name = str(code)
+    routine = getattr(exc, "routine", "") or "build"
+    return f"{routine} returned {name}"
+
+# }}}
+
+# {{{ statistics and launch counting
+
+_stats: Counter = Counter()
+_stats_lock = threading.Lock()
+_launches = 0
+_launch_lock = threading.Lock()
+
+
+def _count(event: str) -> None:
+    with _stats_lock:
+        _stats[event] += 1
+
+
+def cache_stats() -> dict[str, int]:
+    """Process-wide counters: ``source_builds``, ``disk_hits``, ``disk_rejects``,
+    ``disk_writes`` and ``memo_hits``."""
+    with _stats_lock:
+        return {
+            name: _stats[name]
+            for name in ("source_builds", "disk_hits", "disk_rejects", "disk_writes", "memo_hits")
+        }
+
+
+def launch_count() -> int:
+    """How many kernels :func:`enqueue` has launched in this process."""
+    with _launch_lock:
+        return _launches
+
+# }}}
+
+# {{{ disk cache
+
+_warned_dirs: set[str] = set()
+_unwritable_dirs: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def cache_key(source: str, options: Sequence[str], info) -> str:
+    """The disk-cache key (hex SHA-256) of ``source`` built with ``options`` for ``info``."""
+    material = [
+        f"pyrnn_cl-cache-format {CACHE_FORMAT}",
+        f"pyrnn_cl {__version__}",
+        "options " + " ".join(options),
+        f"platform {info.platform_vendor} | {info.platform_name} | {info.platform_version}",
+        f"device {info.vendor} | {info.name} | {info.version}",
+        f"driver {info.driver_version}",
+        "source",
+        source,
+    ]
+    return hashlib.sha256("\n".join(material).encode("utf-8")).hexdigest()
+
+
+def _programs_dir() -> Path:
+    return _env.cache_dir() / "programs"
+
+
+def entry_path(key: str) -> Path:
+    """Where the binary of ``key`` is (or would be) stored."""
+    return _programs_dir() / f"{key}.clbin"
+
+
+def encode_entry(binary: bytes) -> bytes:
+    """The cache file content for ``binary``: magic line, checksum line, binary."""
+    return _MAGIC + hashlib.sha256(binary).hexdigest().encode("ascii") + b"\n" + binary
+
+
+def decode_entry(data: bytes) -> bytes:
+    """The binary in a cache file; ``ValueError`` if the file is not a valid entry."""
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a pyrnn_cl cache entry (bad header)")
+    rest = data[len(_MAGIC):]
+    checksum, sep, binary = rest.partition(b"\n")
+    if not sep or hashlib.sha256(binary).hexdigest().encode("ascii") != checksum:
+        raise ValueError("checksum mismatch (truncated or corrupted file)")
+    if not binary:
+        raise ValueError("empty binary")
+    return binary
+
+
+def _warn_once(directory: Path, message: str) -> None:
+    with _warn_lock:
+        if str(directory) in _warned_dirs:
+            return
+        _warned_dirs.add(str(directory))
+    warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+def _disk_read(key: str) -> bytes | None:
+    path = entry_path(key)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _warn_once(path.parent, f"pyrnn_cl kernel cache {path.parent} is not readable ({exc}); "
+                                "building kernels from source")
+        return None
+    try:
+        return decode_entry(data)
+    except ValueError as exc:
+        _count("disk_rejects")
+        warnings.warn(f"pyrnn_cl: ignoring invalid kernel cache entry {path}: {exc}; rebuilding",
+                      CacheWarning, stacklevel=4)
+        return None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+
+
+def _disk_write(key: str, binary: bytes) -> None:
+    path = entry_path(key)
+    directory = str(path.parent)
+    if directory in _unwritable_dirs:
+        return
+    try:
+        _write_atomically(path, encode_entry(binary))
+    except OSError as exc:
+        with _warn_lock:
+            _unwritable_dirs.add(directory)
+        _warn_once(path.parent, f"pyrnn_cl kernel cache {path.parent} is not writable ({exc}); "
+                                "kernels are kept in memory for this process only. Set "
+                                "PYRNN_CL_CACHE_DIR to a writable directory, or "
+                                "PYRNN_CL_NO_CACHE=1 to silence this.")
+        return
+    _count("disk_writes")
+
+
+def _dump_source(key: str, source: str) -> None:
+    """``PYRNN_CL_DUMP_SOURCE=1``: keep every expanded source for inspection."""
+    path = _env.cache_dir() / "source" / f"{key}.cl"
+    try:
+        _write_atomically(path, source.encode("utf-8"))
+    except OSError:
+        fd, name = tempfile.mkstemp(prefix="pyrnn_cl_", suffix=".cl")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(source)
+        path = Path(name)
+    logger.info("pyrnn_cl: expanded source written to %s", path)
+
+# }}}
+
+# {{{ Program
+
+
+class Program:
+    """A built program for one device, with per-thread kernel objects.
+
+    ``kernel(name)`` gives each thread its own ``cl.Kernel`` (created once per thread and
+    reused): ``clSetKernelArg`` on a kernel shared between threads races (pitfalls C17).
+    """
+
+    def __init__(self, raw, device, name: str, defines: Mapping, options: Sequence[str],
+                 source: str, key: str, from_disk_cache: bool, build_seconds: float):
+        self.cl_program = cl.Program(raw)
+        self.device = device
+        self.name = name
+        self.defines = dict(defines)
+        self.options = list(options)
+        self.source = source
+        self.cache_key = key
+        self.from_disk_cache = from_disk_cache
+        self.build_seconds = build_seconds
+        self._local = threading.local()
+        self._wg_sizes: dict[str, int] = {}
+
+    def kernel(self, name: str) -> cl.Kernel:
+        """This thread's ``cl.Kernel`` for ``name``; ``KeyError`` if the program has none."""
+        kernels = getattr(self._local, "kernels", None)
+        if kernels is None:
+            kernels = self._local.kernels = {}
+        kernel = kernels.get(name)
+        if kernel is None:
+            try:
+                kernel = cl.Kernel(self.cl_program, name)
+            except cl.Error as exc:
+                raise KeyError(
+                    f"kernel {name!r} not found in {self.name} ({_error_text(exc)}); it has: "
+                    f"{', '.join(self.kernel_names) or 'no kernels'}"
+                ) from exc
+            kernels[name] = kernel
+        return kernel
+
+    @property
+    def kernel_names(self) -> list[str]:
+        """Names of the kernels in this program."""
+        try:
+            names = self.cl_program.get_info(cl.program_info.KERNEL_NAMES)
+        except cl.Error:
+            return []
+        return [n for n in names.split(";") if n]
+
+    def work_group_size(self, name: str) -> int:
+        """``CL_KERNEL_WORK_GROUP_SIZE`` of kernel ``name`` on this device: the largest local
+        size it can run with, which may be below the device's limit (pitfalls C3)."""
+        size = self._wg_sizes.get(name)
+        if size is None:
+            size = int(self.kernel(name).get_work_group_info(
+                cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device.cl_device))
+            self._wg_sizes[name] = size
+        return size
+
+    def preferred_multiple(self, name: str) -> int:
+        """``CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE`` of kernel ``name`` (SIMD width)."""
+        return int(self.kernel(name).get_work_group_info(
+            cl.kernel_work_group_info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+            self.device.cl_device))
+
+    def __repr__(self) -> str:
+        origin = "disk cache" if self.from_disk_cache else "source"
+        return (f"<pyrnn_cl Program {self.name} on {self.device.info.name} "
+                f"from {origin} in {self.build_seconds:.3f} s>")
+
+# }}}
+
+# {{{ building
+
+_memo: dict = {}  # context -> {memo key -> Program}; holds the context so its address stays ours
+_memo_lock = threading.Lock()
+_build_locks: dict = {}  # (context, memo key) -> Lock: one build per key, others wait
+
+
+def clear_memo() -> None:
+    """Forget every in-memory program (the disk cache stays); for tests and long sessions."""
+    with _memo_lock:
+        _memo.clear()
+        _build_locks.clear()
+
+
+def _save_failed_source(name: str, source: str) -> str:
+    stem = Path(name).stem.replace(os.sep, "_")
+    fd, path = tempfile.mkstemp(prefix=f"pyrnn_cl_{stem}_", suffix=".cl")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    return path
+
+
+def _build_error(exc, device, name, source, options, log) -> BuildError:
+    saved = _save_failed_source(name, source)
+    lines = log.rstrip().splitlines()
+    head = "\n".join(lines[:LOG_LINES_IN_MESSAGE])
+    if len(lines) > LOG_LINES_IN_MESSAGE:
+        head += f"\n... ({len(lines) - LOG_LINES_IN_MESSAGE} more lines in BuildError.log)"
+    message = (
+        f"Building {name} failed on {device.info.describe()}: {_error_text(exc)}.\n"
+        f"Options: {' '.join(options) or '(none)'}\n"
+        f"Expanded source saved to {saved}\n"
+        f"Build log:\n{head or '(empty)'}"
+    )
+    return BuildError(message, device=device.info.describe(), options=options, log=log,
+                      source=source, saved_path=saved)
+
+
+def _report_log(device, name: str, raw_log: str) -> None:
+    log = device.profile.filter_log(raw_log)
+    if not log:
+        return
+    logger.debug("pyrnn_cl: build log of %s on %s:\n%s", name, device.info.name, log)
+    if _env.compiler_output():
+        warnings.warn(f"build of {name} on {device.info.name} said:\n{log}", CompilerWarning,
+                      stacklevel=4)
+
+
+def _build(device, name, defines, options, source) -> Program:
+    """Load from the disk cache or build from source; raises :class:`BuildError`."""
+    key = cache_key(source, options, device.info)
+    context, cl_device = device.context, device.cl_device
+    use_disk = _env.cache_enabled()
+    if _env.dump_source():
+        _dump_source(key, source)
+
+    if use_disk:
+        binary = _disk_read(key)
+        if binary is not None:
+            start = time.perf_counter()
+            try:
+                raw = _raw_from_binary(context, cl_device, binary)
+                _raw_build(raw, options, cl_device)
+            except Exception as exc:  # noqa: BLE001 - any failure means: rebuild from source
+                _count("disk_rejects")
+                warnings.warn(
+                    f"pyrnn_cl: cached binary {entry_path(key)} was refused by "
+                    f"{device.info.name} ({exc.__class__.__name__}: {str(exc).splitlines()[0]}"
+                    "); rebuilding from source", CacheWarning, stacklevel=3)
+            else:
+                seconds = time.perf_counter() - start
+                _count("disk_hits")
+                logger.debug("pyrnn_cl: %s for %s loaded from the disk cache in %.3f s",
+                             name, device.info.name, seconds)
+                return Program(raw, device, name, defines, options, source, key, True, seconds)
+
+    start = time.perf_counter()
+    raw = _raw_from_source(context, source)
+    try:
+        _raw_build(raw, options, cl_device)
+    except cl.Error as exc:
+        raise _build_error(exc, device, name, source, options,
+                           _build_log(raw, cl_device)) from None
+    seconds = time.perf_counter() - start
+    _count("source_builds")
+    logger.info("pyrnn_cl: built %s for %s in %.2f s", name, device.info.name, seconds)
+    _report_log(device, name, _build_log(raw, cl_device))
+    if use_disk:
+        binary = _binary_of(raw, cl_device)
+        if binary:
+            _disk_write(key, binary)
+    return Program(raw, device, name, defines, options, source, key, False, seconds)
+
+
+def get_program(
+    device,
+    source: str,
+    defines: Mapping[str, int | str] | None = None,
+    *,
+    options: Sequence[str] | None = None,
+    source_dir: str | Path | Sequence[str | Path] | None = None,
+) -> Program:
+    """The built program of ``source`` (a path relative to ``pyrnn_cl/cl/``, or to
+    ``source_dir``) with ``defines`` on ``device`` (anything ``resolve_device`` accepts).
+
+    ``defines`` become a sorted ``#define`` block in front of the include-expanded source
+    (:func:`pyrnn_cl.sources.build_source`). Build options are the device profile's plus
+    ``options``. Memoized per (context, device, source, defines, options, source_dir);
+    thread-safe (concurrent callers of one key wait for a single build).
+
+    Raises :class:`~pyrnn_cl.errors.BuildError` when the compiler rejects the source.
+    """
+    from .devices import resolve_device
+
+    device = resolve_device(device)
+    defines = dict(defines or {})
+    all_options = list(device.profile.build_options(device.info)) + list(options or [])
+    if isinstance(source_dir, (str, Path)) or source_dir is None:
+        dir_key = None if source_dir is None else (str(source_dir),)
+    else:
+        dir_key = tuple(str(d) for d in source_dir)
+    memo_key = (
+        device.cl_device.int_ptr,
+        source,
+        dir_key,
+        tuple(sorted((k, str(v)) for k, v in defines.items())),
+        tuple(all_options),
+    )
+    context = device.context
+    with _memo_lock:
+        programs = _memo.setdefault(context, {})
+        program = programs.get(memo_key)
+        if program is None:
+            lock = _build_locks.setdefault((context, memo_key), threading.Lock())
+    if program is not None:
+        _count("memo_hits")
+        return program
+    with lock:
+        with _memo_lock:
+            program = _memo.setdefault(context, {}).get(memo_key)
+        if program is not None:
+            _count("memo_hits")
+            return program
+        text = sources.build_source(source, defines, source_dir)
+        program = _build(device, source, defines, all_options, text)
+        with _memo_lock:
+            _memo.setdefault(context, {})[memo_key] = program
+        return program
+
+# }}}
+
+# {{{ launching
+
+
+def _as_size(size) -> tuple[int, ...]:
+    if isinstance(size, int):
+        return (size,)
+    return tuple(int(s) for s in size)
+
+
+def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
+    """Launch ``kernel`` (arguments already set) and count the launch.
+
+    ``global_size``/``local_size`` are ints or tuples. Every global size must be a multiple of
+    the local size (OpenCL 1.2 has no partial work-groups); a ``ValueError`` says so before the
+    driver's ``INVALID_WORK_GROUP_SIZE`` would. A launch with an empty global size runs nothing
+    and returns a marker event, so callers need no special case for T = 0 or N = 0. Returns the
+    ``cl.Event``.
+    """
+    global _launches
+    global_size = _as_size(global_size)
+    local_size = None if local_size is None else _as_size(local_size)
+    if local_size is not None:
+        if len(local_size) != len(global_size):
+            raise ValueError(f"local size {local_size} and global size {global_size} differ in "
+                             "rank")
+        if any(l <= 0 or g % l for g, l in zip(global_size, local_size)):
+            raise ValueError(f"global size {global_size} is not a multiple of local size "
+                             f"{local_size}")
+    if any(g == 0 for g in global_size):
+        return cl.enqueue_marker(queue, wait_for=wait_for)
+    try:
+        event = cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size,
+                                           wait_for=wait_for)
+    except cl.Error as exc:
+        try:
+            kernel_name = kernel.function_name
+        except Exception:  # noqa: BLE001
+            kernel_name = "?"
+        exc.add_note(f"pyrnn_cl: launching kernel {kernel_name} with global size "
+                     f"{global_size}, local size {local_size}")
+        raise
+    with _launch_lock:
+        _launches += 1
+    return event
+
+# }}}

@@ -1,0 +1,175 @@
+"""Load the OpenCL C sources shipped in ``pyrnn_cl/cl/`` and turn them into one compilable text.
+
+The compiler always receives a single self-contained source (oneDNN's host-side include
+expansion, style.md §1.4), so no ``-I`` path is needed and the cache key (a hash of this text)
+covers every included header:
+
+1. a header comment naming the entry file;
+2. ``#pragma OPENCL EXTENSION cl_khr_fp64 : enable`` when ``PYRNN_DTYPE`` is 2 (float64);
+3. the ``#define`` block, sorted by name, so the same defines always give the same text;
+   ``PYRNN_DOUBLE 1`` is added for float64;
+4. the entry file with every ``#include "x.cl"`` replaced by that file's text, each file at most
+   once (include-guard semantics), with ``#line N "file"`` markers so compiler messages point
+   at the original file and line (PoCL, NVIDIA, AMD, Intel and Apple accept the filename form).
+
+``#include "x"`` is looked up next to the including file first, then in the search directories
+(the package's ``cl/`` folder by default). Kernels follow CLBlast's convention: every tunable
+has an ``#ifndef NAME / #define NAME default / #endif`` so each file compiles with defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "CL_DIR",
+    "DTYPE_FLOAT32",
+    "DTYPE_FLOAT64",
+    "dtype_code",
+    "find_source",
+    "read_source",
+    "expand_includes",
+    "define_block",
+    "build_source",
+]
+
+#: The package's OpenCL source folder.
+CL_DIR = Path(__file__).resolve().parent / "cl"
+
+#: Values of the ``PYRNN_DTYPE`` define: the kernels' scalar type.
+DTYPE_FLOAT32 = 1
+DTYPE_FLOAT64 = 2
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(?://.*|/\*.*\*/\s*)?$')
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def dtype_code(dtype) -> int:
+    """``PYRNN_DTYPE`` value of a NumPy dtype: 1 for float32, 2 for float64."""
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return DTYPE_FLOAT32
+    if dt == np.float64:
+        return DTYPE_FLOAT64
+    raise TypeError(f"pyrnn_cl kernels compute in float32 or float64, got {dt}")
+
+
+def _search_dirs(source_dir) -> list[Path]:
+    if source_dir is None:
+        return [CL_DIR]
+    if isinstance(source_dir, (str, Path)):
+        return [Path(source_dir)]
+    return [Path(d) for d in source_dir]
+
+
+def find_source(name: str, source_dir=None, relative_to: Path | None = None) -> Path:
+    """The path of source ``name``: next to ``relative_to`` first, then in the search dirs.
+
+    Raises ``FileNotFoundError`` naming every place looked in.
+    """
+    candidates = []
+    if relative_to is not None:
+        candidates.append(relative_to.parent / name)
+    candidates += [d / name for d in _search_dirs(source_dir)]
+    for path in candidates:
+        if path.is_file():
+            return path.resolve()
+    looked = ", ".join(str(p) for p in candidates)
+    raise FileNotFoundError(f"OpenCL source {name!r} not found (looked in: {looked})")
+
+
+def read_source(name: str, source_dir=None) -> str:
+    """The text of one source file, unexpanded."""
+    return find_source(name, source_dir).read_text(encoding="utf-8")
+
+
+def _display_name(path: Path, source_dir) -> str:
+    """``path`` relative to the first search dir containing it (for ``#line`` and messages)."""
+    for base in _search_dirs(source_dir):
+        try:
+            return path.relative_to(base.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.as_posix()
+
+
+def _line_marker(line: int, name: str) -> str:
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'#line {line} "{escaped}"'
+
+
+def expand_includes(name: str, source_dir=None) -> tuple[str, tuple[str, ...]]:
+    """Expand ``#include "..."`` recursively, each file once, with ``#line`` markers.
+
+    Returns ``(text, files)``: the expanded text and the display names of every file used, in
+    first-use order. A file already included (or the entry file itself) expands to nothing the
+    second time, like a header with an include guard.
+    """
+    seen: list[Path] = []
+    out: list[str] = []
+
+    def expand(path: Path) -> None:
+        seen.append(path)
+        display = _display_name(path, source_dir)
+        out.append(_line_marker(1, display))
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
+            match = _INCLUDE.match(line)
+            if not match:
+                out.append(line)
+                continue
+            target = find_source(match.group(1), source_dir, relative_to=path)
+            if target in seen:
+                out.append(f"/* {line.strip()}: already included */")
+                continue
+            expand(target)
+            out.append(_line_marker(number + 1, display))
+
+    expand(find_source(name, source_dir))
+    text = "\n".join(out) + "\n"
+    return text, tuple(_display_name(p, source_dir) for p in seen)
+
+
+def _define_value(name: str, value) -> str:
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"#define name {name!r} is not a C identifier")
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, str):
+        if "\n" in value:
+            raise ValueError(f"#define {name}: value must be a single line, got {value!r}")
+        return value
+    raise TypeError(
+        f"#define {name}: values are int or str, got {type(value).__name__} ({value!r}); "
+        "pass floating-point numbers as kernel arguments"
+    )
+
+
+def define_block(defines: Mapping[str, int | str] | None) -> str:
+    """The source prefix for ``defines``: the fp64 pragma if ``PYRNN_DTYPE`` is 2, then one
+    ``#define NAME value`` line per entry, sorted by name (``PYRNN_DOUBLE 1`` added for
+    float64)."""
+    defines = dict(defines or {})
+    lines = []
+    if str(defines.get("PYRNN_DTYPE", "")) == str(DTYPE_FLOAT64):
+        lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        defines.setdefault("PYRNN_DOUBLE", 1)
+    for name in sorted(defines):
+        lines.append(f"#define {name} {_define_value(name, defines[name])}".rstrip())
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def build_source(
+    name: str,
+    defines: Mapping[str, int | str] | None = None,
+    source_dir: str | Path | Sequence[str | Path] | None = None,
+) -> str:
+    """The complete text handed to the OpenCL compiler for entry file ``name``."""
+    body, _ = expand_includes(name, source_dir)
+    return f"/* pyrnn_cl: {name} */\n" + define_block(defines) + body
