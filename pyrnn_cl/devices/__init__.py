@@ -318,10 +318,16 @@ _infos: dict = {}  # cl.Device int_ptr -> DeviceInfo
 
 
 def _info_for(cl_device) -> DeviceInfo:
+    """The memoized ``DeviceInfo`` of ``cl_device``, with its platform/device indices when it is
+    one of the enumerated devices (a sub-device gets ``-1`` indices)."""
     with _LOCK:
         info = _infos.get(cl_device.int_ptr)
         if info is None:
-            info = _infos[cl_device.int_ptr] = DeviceInfo.from_cl(cl_device)
+            for known, known_device in _enumerate():
+                _infos.setdefault(known_device.int_ptr, known)
+            info = _infos.get(cl_device.int_ptr)
+            if info is None:
+                info = _infos[cl_device.int_ptr] = DeviceInfo.from_cl(cl_device)
         return info
 
 
