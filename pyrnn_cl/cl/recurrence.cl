@@ -1,0 +1,687 @@
+/* recurrence.cl -- the generic gate-recurrence engine: the only kernels that index RNN tensors.
+ * A program is one cell file (cells/<cell>.cl, pure pointwise maths) followed by this file.
+ *
+ * Layouts (row-major, element offsets; D directions, G = CELL_G gates, K = recurrent width:
+ * H, or P with an LSTM projection):
+ *   gx   [T][N][D][G][H]   input projection x W^T + b_x, gate blocks in the USER's order; the forward
+ *                          kernels overwrite it in place with the saved gates (MPSGraph's z_state)
+ *   y    [T][N][D][K]      outputs h[t] (or r[t] = W_proj h[t]); zero where t >= len[n]
+ *   cs   [T][N][D][H]      LSTM cell sequence;  hs [T][N][D][H] h before the projection
+ *   R    [D][G*H][K]       recurrent weights, user layout (backward reads columns as vectors)
+ *   rpk  [D][H/VW][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots
+ *   h0, c0, dh0, dc0, final states: [D][N][K] addressed with explicit (direction, batch) strides
+ * Canonical gate slot k lives in user block GATE_BLK_k. Direction d runs reversed when bit d of
+ * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
+ * t >= len[n] are skipped: zero outputs; h[t-1] of a row is y[t-1] if that step was valid, else h0.
+ *
+ * Work split of every step kernel: global (ceil(N/NB), D*W/VW); a work-item owns VW consecutive
+ * units of one direction for NB batch rows and keeps NB x gates vector accumulators.
+ */
+#ifndef CELL_G
+#error "include a cells/<cell>.cl file before recurrence.cl"
+#endif
+
+#ifndef REC_NB
+#define REC_NB 4            /* batch rows per work-item */
+#endif
+#ifndef GATE_BLK_0
+#define GATE_BLK_0 0        /* user block holding canonical gate slot 0 */
+#endif
+#ifndef GATE_BLK_1
+#define GATE_BLK_1 1
+#endif
+#ifndef GATE_BLK_2
+#define GATE_BLK_2 2
+#endif
+#ifndef GATE_BLK_3
+#define GATE_BLK_3 3
+#endif
+#ifndef HAS_MASK
+#define HAS_MASK 0          /* recurrent-input mask m [T][N][D][H] multiplies h[t-1] */
+#endif
+#ifndef HAS_LEN
+#define HAS_LEN 0           /* per-row sequence lengths */
+#endif
+#ifndef HAS_HB
+#define HAS_HB 0            /* hidden-side bias b_h [D][G*H] added to the recurrent product */
+#endif
+#ifndef HAS_PEEP
+#define HAS_PEEP 0          /* per-unit cell parameters [D][G*H] (LSTM peepholes) */
+#endif
+#ifndef HAS_PROJ
+#define HAS_PROJ 0          /* LSTM projection r = W_proj h (K = P) */
+#endif
+#ifndef HAS_DY
+#define HAS_DY 1            /* upstream gradient of y */
+#endif
+#ifndef HAS_DHN
+#define HAS_DHN 0           /* gradient of the final h */
+#endif
+#ifndef HAS_DCN
+#define HAS_DCN 0           /* gradient of the final c */
+#endif
+#ifndef HAS_DCS
+#define HAS_DCS 0           /* per-step gradient of c[t] (TensorFlow's cs_grad) */
+#endif
+
+PYRNN_FUNC int gate_blk(int k)
+{
+    return k == 0 ? GATE_BLK_0 : k == 1 ? GATE_BLK_1 : k == 2 ? GATE_BLK_2 : GATE_BLK_3;
+}
+
+PYRNN_FUNC int row_len(__global const int *lens, int n, int T)
+{
+#if HAS_LEN
+    return min(lens[n], T);
+#else
+    return T;
+#endif
+}
+
+/* Offset of element (t, n, d, 0) in a [T][N][D][W] tensor. */
+PYRNN_FUNC long seq_off(int t, int n, int d, int N, int D, int W)
+{
+    return ((long)t * N + n) * (long)D * W + (long)d * W;
+}
+
+/* Time whose output is h[t-1] of time t in a direction; -1 when that is h0. */
+PYRNN_FUNC int prev_time(int t, int rev, int len, int T)
+{
+    int tp = rev ? t + 1 : t - 1;
+    return (tp >= 0 && tp < T && tp < len) ? tp : -1;
+}
+
+/* acc[b][k] += sum_{m < K} (h_b[m] . mask_b[m]) * W[m][k0 + k] for k < ng: the forward product
+ * through packed weights; slab = rpk at (direction, vector of units). */
+PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *const rows[REC_NB],
+                               __global const real *const mrows[REC_NB],
+                               __global const real *slab, int K, int k0, int ng)
+{
+    for (int m = 0; m < K; ++m) {
+        realV w[CELL_G];
+        for (int k = 0; k < ng; ++k) w[k] = LOADV(slab + ((long)m * CELL_G + k0 + k) * REC_VW);
+        for (int b = 0; b < REC_NB; ++b) {
+#if HAS_MASK
+            const realV x = (realV)(rows[b][m] * mrows[b][m]);
+#else
+            const realV x = (realV)(rows[b][m]);
+#endif
+            for (int k = 0; k < ng; ++k) acc[b][k] = fma(x, w[k], acc[b][k]);
+        }
+    }
+}
+
+/* acc[b] += sum_{i < nrows} src_b[soff + i] * W[i][j .. j+VW) : the backward reduction through a row-major
+ * weight matrix whose rows are gates x units (R) or projection outputs (W_proj); row stride ld. */
+PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src[REC_NB],
+                               const int ok[REC_NB], int soff, __global const real *w, int nrows,
+                               long ld)
+{
+    for (int i = 0; i < nrows; ++i) {
+        realV wr = LOADV(w + (long)i * ld);
+        for (int b = 0; b < REC_NB; ++b)
+            if (ok[b]) acc[b] = fma((realV)(src[b][soff + i]), wr, acc[b]);
+    }
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+__kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
+                        const int s, __global real *gx, __global const real *rpk,
+                        __global const real *hb, __global const real *peep, __global real *y,
+                        __global real *cs, __global real *hs,
+                        __global const real *h0, const long h0_sd, const long h0_sn,
+                        __global const real *c0, const long c0_sd, const long c0_sn,
+                        __global const real *mask, __global const int *lens, const real clip)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = rev ? T - 1 - s : s;
+
+    __global const real *hrow[REC_NB];   /* h[t-1] (y row or h0) */
+    __global const real *mrows[REC_NB];  /* mask row (HAS_MASK) */
+    __global const real *crow[REC_NB];   /* c[t-1] (cs row or c0) */
+    int nrow[REC_NB], valid[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = get_global_id(0) * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
+        const int tp = prev_time(t, rev, len, T);
+        nrow[b] = n;
+        valid[b] = n < N && t < len;
+        hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, K) : h0 + d * h0_sd + nn * h0_sn;
+        crow[b] = tp >= 0 ? cs + seq_off(tp, nn, d, N, D, H) : c0 + d * c0_sd + nn * c0_sn;
+        mrows[b] = mask + seq_off(t, nn, d, N, D, H);
+    }
+
+    realV acc[REC_NB][CELL_G];
+    for (int b = 0; b < REC_NB; ++b)
+        for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
+    __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
+    packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA);
+
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = nrow[b];
+        if (n >= N) continue;
+        const long g_off = seq_off(t, n, d, N, D, GH);
+        if (!valid[b]) {
+            for (int k = 0; k < CELL_G; ++k) STOREV(VZERO, gx + g_off + gate_blk(k) * H + j);
+#if CELL_HAS_C
+            STOREV(VZERO, cs + seq_off(t, n, d, N, D, H) + j);
+#endif
+#if HAS_PROJ
+            STOREV(VZERO, hs + seq_off(t, n, d, N, D, H) + j);
+#else
+            STOREV(VZERO, y + seq_off(t, n, d, N, D, K) + j);
+#endif
+            continue;
+        }
+        realV gxv[CELL_G], ghv[CELL_G], pv[CELL_G], sav[CELL_G], h, c;
+        for (int k = 0; k < CELL_G; ++k) {
+            const int blk = gate_blk(k) * H + j;
+            gxv[k] = LOADV(gx + g_off + blk);
+            ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
+#if HAS_HB
+            if (k < CELL_GA) ghv[k] += LOADV(hb + d * GH + blk);
+#endif
+#if HAS_PEEP
+            pv[k] = LOADV(peep + d * GH + blk);
+#else
+            pv[k] = VZERO;
+#endif
+            sav[k] = VZERO;
+        }
+#if CELL_USES_HPREV
+        const realV hp = LOADV(hrow[b] + j);
+#else
+        const realV hp = VZERO;
+#endif
+#if HAS_MASK
+        const realV mv = LOADV(mrows[b] + j);
+#else
+        const realV mv = VONE;
+#endif
+#if CELL_HAS_C
+        const realV cp = LOADV(crow[b] + j);
+#else
+        const realV cp = VZERO;
+#endif
+        cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
+        for (int k = 0; k < CELL_GA; ++k) STOREV(sav[k], gx + g_off + gate_blk(k) * H + j);
+#if CELL_HAS_C
+        STOREV(c, cs + seq_off(t, n, d, N, D, H) + j);
+#endif
+#if CELL_GA < CELL_G
+        STOREV(h, hs + ((long)d * N + n) * H + j);      /* h[t-1] . r . m for pyrnn_fwd_b */
+#elif HAS_PROJ
+        STOREV(h, hs + seq_off(t, n, d, N, D, H) + j);  /* projected by pyrnn_proj */
+#else
+        STOREV(h, y + seq_off(t, n, d, N, D, K) + j);
+#endif
+    }
+}
+
+#if CELL_GA < CELL_G
+/* Second kernel of a two-phase step (GRU reset-before): the o gate from (h[t-1] . r . m) R_o^T. */
+__kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
+                          __global real *gx, __global const real *rpk, __global const real *hb,
+                          __global real *y, __global const real *hs,
+                          __global const real *h0, const long h0_sd, const long h0_sn,
+                          __global const int *lens)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = rev ? T - 1 - s : s;
+
+    __global const real *rrow[REC_NB];
+    __global const real *hrow[REC_NB];
+    int nrow[REC_NB], valid[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = get_global_id(0) * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
+        const int tp = prev_time(t, rev, len, T);
+        nrow[b] = n;
+        valid[b] = n < N && t < len;
+        rrow[b] = hs + ((long)d * N + nn) * H;
+        hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, H) : h0 + d * h0_sd + nn * h0_sn;
+    }
+    realV acc[REC_NB][CELL_G];
+    for (int b = 0; b < REC_NB; ++b) acc[b][0] = VZERO;
+    __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * H * CELL_G * REC_VW;
+    /* hs already holds h[t-1] . r . m */
+    for (int m = 0; m < H; ++m) {
+        const realV w = LOADV(slab + ((long)m * CELL_G + CELL_GA) * REC_VW);
+        for (int b = 0; b < REC_NB; ++b) acc[b][0] = fma((realV)(rrow[b][m]), w, acc[b][0]);
+    }
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = nrow[b];
+        if (n >= N || !valid[b]) continue;
+        const long g_off = seq_off(t, n, d, N, D, GH);
+        const int blk_o = gate_blk(CELL_GA) * H + j;
+        realV gh_o = acc[b][0];
+#if HAS_HB
+        gh_o += LOADV(hb + d * GH + blk_o);
+#endif
+        realV o, h;
+        cell_fwd_b(LOADV(gx + g_off + blk_o), gh_o, LOADV(hrow[b] + j),
+                   LOADV(gx + g_off + gate_blk(0) * H + j), &o, &h);
+        STOREV(o, gx + g_off + blk_o);
+        STOREV(h, y + seq_off(t, n, d, N, D, H) + j);
+    }
+}
+#endif
+
+#if HAS_PROJ
+/* LSTM projection of step t: y[t] = hs[t] W_proj^T, packed W_proj [D][P/VW][H][1][VW]. */
+__kernel void pyrnn_proj(const int T, const int N, const int H, const int P, const int rev_mask,
+                         const int s, __global const real *hs, __global const real *wpk,
+                         __global real *y, __global const int *lens)
+{
+    const int PV = P / REC_VW;
+    const int D = get_global_size(1) / PV;
+    const int d = get_global_id(1) / PV, p = (get_global_id(1) % PV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = rev ? T - 1 - s : s;
+    realV acc[REC_NB];
+    __global const real *hrow[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        acc[b] = VZERO;
+        hrow[b] = hs + seq_off(t, min((int)(get_global_id(0) * REC_NB + b), N - 1), d, N, D, H);
+    }
+    __global const real *slab = wpk + (long)(d * PV + p / REC_VW) * H * REC_VW;
+    for (int m = 0; m < H; ++m) {
+        const realV w = LOADV(slab + (long)m * REC_VW);
+        for (int b = 0; b < REC_NB; ++b) acc[b] = fma((realV)(hrow[b][m]), w, acc[b]);
+    }
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = get_global_id(0) * REC_NB + b;
+        if (n >= N) continue;
+        const int valid = t < row_len(lens, n, T);
+        STOREV(valid ? acc[b] : VZERO, y + seq_off(t, n, d, N, D, P) + p);
+    }
+}
+#endif
+
+/* ---- backward ---------------------------------------------------------------------------- */
+/* Backward step s runs the forward step s of every direction in reverse (s = S-1 .. 0); the extra
+ * pseudo-step s = -1 writes the gradients of h0 and c0. Per row, "next" is the time processed
+ * after t in the forward pass (t+1, or t-1 reversed; for s = -1 the row's first valid time); its
+ * gate gradients reach h[t] through R (column_product) and through carry_h / carry_c, the
+ * pointwise paths saved by that step. */
+
+/* Per-row bookkeeping of a backward step. */
+typedef struct {
+    int n, valid, len, tn, last;   /* tn: next time (-1: none); last: t is the row's final step */
+} bwd_row;
+
+PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
+                                __global const int *lens)
+{
+    bwd_row r;
+    r.n = get_global_id(0) * REC_NB + b;
+    r.len = row_len(lens, min(r.n, N - 1), T);
+    if (s < 0) {
+        r.valid = r.n < N;
+        r.tn = r.len > 0 ? (rev ? r.len - 1 : 0) : -1;
+        r.last = r.len == 0;      /* h0 is the final state */
+    } else {
+        r.valid = r.n < N && t < r.len;
+        const int tn = rev ? t - 1 : t + 1;
+        r.tn = (tn >= 0 && tn < r.len) ? tn : -1;
+        r.last = rev ? t == 0 : t == r.len - 1;
+    }
+    return r;
+}
+
+#if HAS_PROJ
+/* Projection backward of step s: dr[t] = dy[t] + dL/dr[t] through R of the next step (+ the final
+ * state gradient); for s = -1 it writes dh0 (h0 is P wide). Runs before pyrnn_bwd of the same s. */
+__kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
+                             const int rev_mask, const int s, __global const real *dgh,
+                             __global const real *R, __global const real *dy, __global real *dr,
+                             __global const real *dhn, const long dhn_sd, const long dhn_sn,
+                             __global real *dh0, const long dh0_sd, const long dh0_sn,
+                             __global const int *lens)
+{
+    const int PV = P / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / PV;
+    const int d = get_global_id(1) / PV, p = (get_global_id(1) % PV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = s < 0 ? -1 : (rev ? T - 1 - s : s);
+    bwd_row row[REC_NB];
+    __global const real *src[REC_NB];
+    int ok[REC_NB];
+    realV acc[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
+        ok[b] = row[b].valid && row[b].tn >= 0;
+        src[b] = dgh + seq_off(max(row[b].tn, 0), min(row[b].n, N - 1), d, N, D, GH);
+        acc[b] = VZERO;
+    }
+    column_product(acc, src, ok, 0, R + (long)d * GH * P + p, GH, P);
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = row[b].n;
+        if (n >= N) continue;
+        realV g = acc[b];
+#if HAS_DHN
+        if (row[b].last) g += LOADV(dhn + d * dhn_sd + n * dhn_sn + p);
+#endif
+        if (s < 0) {
+            STOREV(g, dh0 + d * dh0_sd + n * dh0_sn + p);
+            continue;
+        }
+#if HAS_DY
+        if (row[b].valid) g += LOADV(dy + seq_off(t, n, d, N, D, P) + p);
+#endif
+        STOREV(row[b].valid ? g : VZERO, dr + seq_off(t, n, d, N, D, P) + p);
+    }
+}
+#endif
+
+/* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
+ * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
+__kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, const int rev_mask,
+                        const int s, __global const real *sav, __global real *dgx,
+                        __global real *dgh, __global const real *W, __global const real *rpk,
+                        __global const real *hb, __global const real *peep,
+                        __global const real *y, __global const real *cs,
+                        __global const real *dy,
+                        __global const real *dhn, const long dhn_sd, const long dhn_sn,
+                        __global const real *dcn, const long dcn_sd, const long dcn_sn,
+                        __global const real *dcs, __global real *carry_h, __global real *carry_c,
+                        __global real *dh0, const long dh0_sd, const long dh0_sn,
+                        __global real *dc0, const long dc0_sd, const long dc0_sn,
+                        __global const real *h0, const long h0_sd, const long h0_sn,
+                        __global const real *c0, const long c0_sd, const long c0_sn,
+                        __global const real *mask, __global const int *lens, const real clip)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = s < 0 ? -1 : (rev ? T - 1 - s : s);
+
+    bwd_row row[REC_NB];
+    __global const real *src[REC_NB];
+    int ok[REC_NB];
+    realV acc[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
+        const int nn = min(row[b].n, N - 1);
+        acc[b] = VZERO;
+#if HAS_PROJ
+        /* dh[t] = dr[t] W_proj  (W = W_proj [D][P][H], `dy` holds dr) */
+        ok[b] = s >= 0 && row[b].valid;
+        src[b] = dy + seq_off(max(t, 0), nn, d, N, D, K);
+#else
+        ok[b] = row[b].valid && row[b].tn >= 0;
+        src[b] = dgh + seq_off(max(row[b].tn, 0), nn, d, N, D, GH);
+#endif
+    }
+#if HAS_PROJ
+    column_product(acc, src, ok, 0, W + (long)d * K * H + j, K, H);
+#else
+    /* gates whose hidden-side gradient flows through R here: all, or z and r of a two-phase GRU
+     * (the o gate's reaches h[t-1] through r in pyrnn_bwd_b and carry_h) */
+    for (int k = 0; k < CELL_GA; ++k)
+        column_product(acc, src, ok, gate_blk(k) * H,
+                       W + ((long)d * GH + gate_blk(k) * H) * K + j, H, K);
+#endif
+
+    /* h[t-1] of each row: input of the recurrent product (for GRU's hn and its direct path) */
+    __global const real *hrow[REC_NB];
+    __global const real *mrows[REC_NB];
+    __global const real *crow[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        const int nn = min(row[b].n, N - 1);
+        const int tp = s < 0 ? -1 : prev_time(t, rev, row[b].len, T);
+        hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, K) : h0 + d * h0_sd + nn * h0_sn;
+        crow[b] = tp >= 0 ? cs + seq_off(tp, nn, d, N, D, H) : c0 + d * c0_sd + nn * c0_sn;
+        mrows[b] = mask + seq_off(max(t, 0), nn, d, N, D, H);
+    }
+#if CELL_NEEDS_HN
+    realV hn[REC_NB][CELL_G];
+    for (int b = 0; b < REC_NB; ++b) hn[b][0] = VZERO;
+    if (s >= 0)
+        packed_product(hn, hrow, mrows,
+                       rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW, K, 2, 1);
+#endif
+
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = row[b].n;
+        if (n >= N) continue;
+        const int tn = row[b].tn;
+        /* what step tn sent back to h[t] and c[t] */
+        realV dh = VZERO, dc = VZERO;
+#if !HAS_PROJ
+        if (tn >= 0) {
+#if HAS_MASK
+            dh = acc[b] * LOADV(mask + seq_off(tn, n, d, N, D, H) + j);
+#else
+            dh = acc[b];
+#endif
+#if CELL_USES_HPREV
+            dh += LOADV(carry_h + seq_off(tn, n, d, N, D, H) + j);
+#endif
+        }
+#endif
+#if CELL_HAS_C
+        if (tn >= 0) dc = LOADV(carry_c + seq_off(tn, n, d, N, D, H) + j);
+#endif
+        if (row[b].last) {
+#if HAS_DHN && !HAS_PROJ
+            dh += LOADV(dhn + d * dhn_sd + n * dhn_sn + j);
+#endif
+#if HAS_DCN
+            dc += LOADV(dcn + d * dcn_sd + n * dcn_sn + j);
+#endif
+        }
+        if (s < 0) {
+#if !HAS_PROJ
+            STOREV(dh, dh0 + d * dh0_sd + n * dh0_sn + j);
+#endif
+#if CELL_HAS_C
+            STOREV(dc, dc0 + d * dc0_sd + n * dc0_sn + j);
+#endif
+            continue;
+        }
+        const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
+        if (!row[b].valid) {
+            for (int k = 0; k < CELL_G; ++k) {
+                STOREV(VZERO, dgx + g_off + gate_blk(k) * H + j);
+                STOREV(VZERO, dgh + g_off + gate_blk(k) * H + j);
+            }
+            STOREV(VZERO, carry_h + h_off + j);
+#if CELL_HAS_C
+            STOREV(VZERO, carry_c + h_off + j);
+#endif
+            continue;
+        }
+#if HAS_PROJ
+        dh = acc[b];
+#elif HAS_DY
+        dh += LOADV(dy + seq_off(t, n, d, N, D, K) + j);
+#endif
+#if HAS_DCS
+        dc += LOADV(dcs + h_off + j);
+#endif
+        realV sv[CELL_G], pv[CELL_G], dx[CELL_G], dhh[CELL_G], ch, cc;
+        for (int k = 0; k < CELL_G; ++k) {
+            sv[k] = LOADV(sav + g_off + gate_blk(k) * H + j);
+#if HAS_PEEP
+            pv[k] = LOADV(peep + d * GH + gate_blk(k) * H + j);
+#else
+            pv[k] = VZERO;
+#endif
+        }
+#if CELL_USES_HPREV
+        const realV hp = LOADV(hrow[b] + j);
+#else
+        const realV hp = VZERO;
+#endif
+#if HAS_MASK
+        const realV mv = LOADV(mrows[b] + j);
+#else
+        const realV mv = VONE;
+#endif
+#if CELL_HAS_C
+        const realV cp = LOADV(crow[b] + j), cv = LOADV(cs + h_off + j);
+#else
+        const realV cp = VZERO, cv = VZERO;
+#endif
+#if CELL_NEEDS_HN
+        realV hnv = hn[b][0];
+#if HAS_HB
+        hnv += LOADV(hb + d * GH + gate_blk(2) * H + j);
+#endif
+#else
+        const realV hnv = VZERO;
+#endif
+        cell_bwd(sv, hp, mv, cp, cv, hnv, pv, clip, dh, dc, dx, dhh, &ch, &cc);
+        for (int k = 0; k < CELL_G; ++k) {
+            STOREV(dx[k], dgx + g_off + gate_blk(k) * H + j);
+            STOREV(dhh[k], dgh + g_off + gate_blk(k) * H + j);
+        }
+        STOREV(ch, carry_h + h_off + j);
+#if CELL_HAS_C
+        STOREV(cc, carry_c + h_off + j);
+#endif
+    }
+}
+
+#if CELL_GA < CELL_G
+/* Second backward kernel of a two-phase GRU step: q = dgh_o R_o gives the r gradient and the
+ * h[t-1] . r . m path of carry_h. */
+__kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
+                          __global const real *sav, __global real *dgx, __global real *dgh,
+                          __global const real *R, __global const real *y,
+                          __global real *carry_h,
+                          __global const real *h0, const long h0_sd, const long h0_sn,
+                          __global const real *mask, __global const int *lens)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = rev ? T - 1 - s : s;
+    bwd_row row[REC_NB];
+    __global const real *src[REC_NB];
+    int ok[REC_NB];
+    realV q[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
+        ok[b] = row[b].valid;
+        src[b] = dgh + seq_off(t, min(row[b].n, N - 1), d, N, D, GH) + gate_blk(CELL_GA) * H;
+        q[b] = VZERO;
+    }
+    column_product(q, src, ok, 0, R + ((long)d * GH + gate_blk(CELL_GA) * H) * H + j, H, H);
+    for (int b = 0; b < REC_NB; ++b) {
+        if (!ok[b]) continue;
+        const int n = row[b].n;
+        const int tp = prev_time(t, rev, row[b].len, T);
+        const realV hp = LOADV((tp >= 0 ? y + seq_off(tp, n, d, N, D, H)
+                                        : h0 + d * h0_sd + n * h0_sn) + j);
+#if HAS_MASK
+        const realV mv = LOADV(mask + seq_off(t, n, d, N, D, H) + j);
+#else
+        const realV mv = VONE;
+#endif
+        const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
+        const int blk_r = gate_blk(1) * H + j;
+        realV da_r, ch = LOADV(carry_h + h_off + j);
+        cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
+        STOREV(da_r, dgx + g_off + blk_r);
+        STOREV(da_r, dgh + g_off + blk_r);
+        STOREV(ch, carry_h + h_off + j);
+    }
+}
+#endif
+
+/* ---- helpers around the time loop (one work-item per element) ----------------------------- */
+
+/* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
+ * block blk_k). Also packs W_proj with G = 1. Global size (K, G*H, D). */
+__kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
+                         const int blk2, const int blk3, __global const real *R,
+                         __global real *rpk)
+{
+    const int m = get_global_id(0), kj = get_global_id(1), d = get_global_id(2);
+    const int k = kj / H, jj = kj % H;
+    const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
+    const long src = ((long)d * G * H + (long)blk * H + jj) * K + m;
+    const long dst = (((long)d * (H / REC_VW) + jj / REC_VW) * K + m) * G * REC_VW
+                     + (long)k * REC_VW + jj % REC_VW;
+    rpk[dst] = R[src];
+}
+
+/* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
+ * init[d][n][k] when len = 0. Global size (W, N, D). */
+__kernel void pyrnn_final(const int T, const int N, const int W, const int rev_mask,
+                          __global const real *src, __global const real *init, const long i_sd,
+                          const long i_sn, __global real *out, const long o_sd, const long o_sn,
+                          __global const int *lens)
+{
+    const int k = get_global_id(0), n = get_global_id(1), d = get_global_id(2);
+    const int D = get_global_size(2);
+    const int len = row_len(lens, n, T);
+    const int t_last = ((rev_mask >> d) & 1) ? 0 : len - 1;
+    out[d * o_sd + n * o_sn + k] = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k]
+                                           : init[d * i_sd + n * i_sn + k];
+}
+
+/* Inputs of the recurrent product for every step, for the weight-gradient GEMM:
+ * hin[t][n][d][k] = h[t-1] . m[t] (zero past len); with a two-phase GRU also
+ * hr[t][n][d][k] = hin . r[t]. Global size (K, N, T*D). */
+__kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int rev_mask,
+                               __global const real *y, __global const real *h0, const long h0_sd,
+                               const long h0_sn, __global const real *mask,
+                               __global const int *lens, __global const real *sav,
+                               __global real *hin, __global real *hr)
+{
+    const int k = get_global_id(0), n = get_global_id(1);
+    const int D = get_global_size(2) / T;
+    const int t = get_global_id(2) / D, d = get_global_id(2) % D;
+    const int len = row_len(lens, n, T);
+    const int tp = prev_time(t, (rev_mask >> d) & 1, len, T);
+    real v = 0;
+    if (t < len) {
+        v = tp >= 0 ? y[seq_off(tp, n, d, N, D, K) + k] : h0[d * h0_sd + n * h0_sn + k];
+#if HAS_MASK
+        v *= mask[seq_off(t, n, d, N, D, K) + k];
+#endif
+    }
+    hin[seq_off(t, n, d, N, D, K) + k] = v;
+#if CELL_GA < CELL_G
+    hr[seq_off(t, n, d, N, D, K) + k] =
+        v * sav[seq_off(t, n, d, N, D, CELL_G * K) + gate_blk(1) * K + k];
+#endif
+}
+
+#if HAS_PEEP
+/* Peephole gradients: dpeep[d][blk_k*H + j] = sum over valid (t, n) of da_k . c, with c = c[t-1]
+ * (c[t] for TensorFlow's output gate). Global size (H, CELL_G, D). */
+__kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int rev_mask,
+                              __global const real *dgx, __global const real *cs,
+                              __global const real *c0, const long c0_sd, const long c0_sn,
+                              __global const int *lens, __global real *dpeep)
+{
+    const int j = get_global_id(0), k = get_global_id(1), d = get_global_id(2);
+    const int D = get_global_size(2), GH = CELL_G * H;
+    const int rev = (rev_mask >> d) & 1, blk = gate_blk(k) * H + j;
+    real acc = 0;
+    for (int n = 0; n < N; ++n) {
+        const int len = row_len(lens, n, T);
+        for (int t = 0; t < len; ++t) {
+            const int tp = prev_time(t, rev, len, T);
+            real c = tp >= 0 ? cs[seq_off(tp, n, d, N, D, H) + j] : c0[d * c0_sd + n * c0_sn + j];
+#if LSTM_PEEP == 2
+            if (k == 3) c = cs[seq_off(t, n, d, N, D, H) + j];
+            if (k == 2) c = 0;
+#endif
+            acc += dgx[seq_off(t, n, d, N, D, GH) + blk] * c;
+        }
+    }
+    dpeep[d * GH + blk] = acc;
+}
+#endif
