@@ -47,6 +47,9 @@ __all__ = [
     "set_default_device",
     "select_devices",
     "register_profile",
+    "unregister_profile",
+    "ranked_devices",
+    "clear_cache",
     "profiles",
     "profile_for",
     "rank_key",
@@ -88,6 +91,14 @@ for _cls in (PoclProfile, AppleProfile, NvidiaProfile, AmdProfile, IntelProfile,
     register_profile(_cls)
 
 
+def unregister_profile(name: str) -> None:
+    """Remove the profile called ``name`` (no error if absent); the generic one cannot go."""
+    if name == GenericProfile.name:
+        raise ValueError("the generic profile is the fallback of every device; it stays")
+    with _PROFILE_LOCK:
+        _PROFILES[:] = [p for p in _PROFILES if p.name != name]
+
+
 def profiles() -> list[VendorProfile]:
     """The registered profiles, in matching order."""
     with _PROFILE_LOCK:
@@ -116,6 +127,12 @@ def rank_key(info: DeviceInfo):
     if rank is None:
         return None
     return (rank, info.platform_index, info.device_index)
+
+
+def ranked_devices(infos=None) -> list[DeviceInfo]:
+    """The devices the default choice may pick, best first (``infos`` default: every device)."""
+    infos = list_devices() if infos is None else infos
+    return [i for i in _ranked(infos) if rank_key(i) is not None]
 
 
 def _ranked(infos):
@@ -340,12 +357,17 @@ def clear_cache() -> None:
         _infos.clear()
 
 
+def _open_device(cl_device, info: DeviceInfo) -> Device:
+    """Create the context and queue of a chosen device (replaced by a stub in tests)."""
+    return Device(cl_device, info=info)
+
+
 def _device_for(info: DeviceInfo, found) -> Device:
     for candidate, cl_device in found:
         if candidate == info:
             device = _by_cl_device.get(cl_device.int_ptr)
             if device is None:
-                device = _by_cl_device[cl_device.int_ptr] = Device(cl_device, info=info)
+                device = _by_cl_device[cl_device.int_ptr] = _open_device(cl_device, info)
             return device
     raise AssertionError("selected device vanished")  # pragma: no cover
 
@@ -382,7 +404,7 @@ def _choose(kind: str, spec: str | None) -> Device:
             chosen = _select_pyopencl_ctx(spec, infos)
             what = f"PYOPENCL_CTX={spec!r}"
         else:
-            chosen = [i for i in _ranked(infos) if rank_key(i) is not None]
+            chosen = ranked_devices(infos)
             what = ("the default choice (devices such as Oclgrind and Apple's CPU device are "
                     "used only when asked for by name)" if infos else "the default choice")
         if not chosen:
