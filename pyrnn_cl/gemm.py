@@ -32,7 +32,7 @@ __all__ = ["gemm", "sum_rows"]
 _DEFAULT_WG = 8
 _DEFAULT_KERNEL = {1: {"GEMM_TM": 6, "GEMM_TN": 32, "GEMM_VW": 16}, 2: {"GEMM_TM": 6, "GEMM_TN": 16, "GEMM_VW": 8}}
 _DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16}, 2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8}}
-_KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_MFAST")
+_KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_MFAST", "GEMM_FMA")
 _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
 _REDUCE_DEFAULT = {"REDUCE_VW": 16}
@@ -107,13 +107,6 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-def _launch(enqueue, device, kernel, global_size, local_size, wait_for):
-    if wait_for:
-        enqueue(device.queue, kernel, global_size, local_size, wait_for=wait_for)
-    else:
-        enqueue(device.queue, kernel, global_size, local_size)
-
-
 def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
          a_offset=0, lda=None, b_offset=0, ldb=None, c_offset=0, ldc=None,
          batch=1, stride_a=0, stride_b=0, stride_c=0, wait_for=None):
@@ -127,8 +120,10 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     ``A_i = a + a_offset + i * stride_a`` (likewise B, C). ``beta == 0`` never reads C (NaN-safe).
     ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C``.
     """
+    from .devices import resolve_device
     from .programs import enqueue, get_program
 
+    device = resolve_device(device)
     device.check_dtype(dtype)
     code = _dtype_code(dtype)
     dtype = np.dtype(dtype)
@@ -202,7 +197,7 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     wg = max(1, min(wg, prog.work_group_size(name)))
     kernel = prog.kernel(name)
     kernel.set_args(*args)
-    _launch(enqueue, device, kernel, (_round_up(tiles_r, wg), tiles_c, batch), (wg, 1, 1), wait_for)
+    enqueue(device.queue, kernel, (_round_up(tiles_r, wg), tiles_c, batch), (wg, 1, 1), wait_for=wait_for)
     return None
 
 
@@ -216,8 +211,10 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     ``out_b = out + out_offset + b * stride_out``. ``beta == 0`` never reads ``out``;
     ``rows == 0`` gives ``out = beta * out``.
     """
+    from .devices import resolve_device
     from .programs import enqueue, get_program
 
+    device = resolve_device(device)
     device.check_dtype(dtype)
     code = _dtype_code(dtype)
     dtype = np.dtype(dtype)
@@ -260,5 +257,5 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     )
     wg = max(1, min(wg, prog.work_group_size(name)))
     groups = -(-cols // defines["REDUCE_VW"])
-    _launch(enqueue, device, kernel, (_round_up(groups, wg), batch), (wg, 1), wait_for)
+    enqueue(device.queue, kernel, (_round_up(groups, wg), batch), (wg, 1), wait_for=wait_for)
     return None

@@ -58,6 +58,9 @@
 #define GEMM_DVW 16
 #endif
 #endif
+#ifndef GEMM_FMA
+#define GEMM_FMA 1         // 1: multiply-add with fma() (one rounding, a single instruction where the
+#endif                     //    hardware has FMA); 0: mad() (PoCL emits a separate multiply and add)
 #ifndef GEMM_MFAST
 #define GEMM_MFAST 1       // 1: global dim 0 runs over row tiles (work-items of a group share Q); 0: over column tiles
 #endif
@@ -89,6 +92,12 @@
 #else
 #define GEMM_DV GEMM_CAT(GEMM_T, GEMM_DVW)
 #define GEMM_DVLOAD(p) GEMM_CAT(vload, GEMM_DVW)(0, p)
+#endif
+
+#if GEMM_FMA
+#define GEMM_MAD(a, b, c) fma(a, b, c)
+#else
+#define GEMM_MAD(a, b, c) mad(a, b, c)
 #endif
 
 // horizontal sum of a GEMM_DV vector
@@ -155,7 +164,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
       for (int i = 0; i < GEMM_TM; ++i) {
         const GEMM_V av = (GEMM_V)(prow[i][po]);
         #pragma unroll
-        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = mad(av, bv[v], acc[i][v]);
+        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = GEMM_MAD(av, bv[v], acc[i][v]);
       }
       qk += ldq;
     }
@@ -178,7 +187,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
       for (int i = 0; i < GEMM_TM; ++i) {
         const GEMM_V av = (GEMM_V)(prow[i][po]);
         #pragma unroll
-        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = mad(av, bv[v], acc[i][v]);
+        for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = GEMM_MAD(av, bv[v], acc[i][v]);
       }
       qk += ldq;
     }
@@ -263,7 +272,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const GEMM_T
     #pragma unroll
     for (int i = 0; i < GEMM_DTM; ++i) {
       #pragma unroll
-      for (int j = 0; j < GEMM_DTN; ++j) acc[i][j] = mad(av[i], bv[j], acc[i][j]);
+      for (int j = 0; j < GEMM_DTN; ++j) acc[i][j] = GEMM_MAD(av[i], bv[j], acc[i][j]);
     }
   }
 
@@ -277,7 +286,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const GEMM_T
     #pragma unroll
     for (int i = 0; i < GEMM_DTM; ++i) {
       #pragma unroll
-      for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = mad(prow[i][kk], qrow[j][kk], s[i][j]);
+      for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = GEMM_MAD(prow[i][kk], qrow[j][kk], s[i][j]);
     }
   }
 

@@ -1,0 +1,282 @@
+"""pyrnn_cl.gemm: ``gemm`` and ``sum_rows`` against NumPy (float64 reference).
+
+Tolerances are relative Frobenius norms: 1e-5 for float32, 1e-12 for float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cl = pytest.importorskip("pyopencl")
+cla = pytest.importorskip("pyopencl.array")
+
+from pyrnn_cl import programs  # noqa: E402
+from pyrnn_cl.devices import Device, get_device  # noqa: E402
+from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
+from pyrnn_cl.gemm import gemm, sum_rows  # noqa: E402
+
+TOL = {np.float32: 1e-5, np.float64: 1e-12}
+DTYPES = [np.float32, np.float64]
+TRANS = [(False, False), (False, True), (True, False), (True, True)]
+
+# (m, n, k): ones, primes, non-multiples of every tile size, long and short k, thin and wide
+SHAPES = [
+    (1, 1, 1), (1, 1, 7), (1, 7, 1), (7, 1, 1), (2, 3, 4), (3, 3, 3), (5, 17, 3), (13, 1, 29),
+    (1, 33, 17), (33, 1, 64), (33, 33, 33), (31, 37, 41), (16, 16, 16), (17, 15, 16),
+    (47, 53, 59), (64, 64, 64), (65, 63, 1), (6, 32, 100), (7, 33, 257), (12, 48, 5),
+    (97, 31, 11), (1, 257, 3), (257, 1, 5), (100, 100, 1), (3, 200, 16), (127, 129, 13),
+    (96, 64, 127), (2, 2, 1000), (61, 67, 71), (33, 257, 2), (11, 128, 64), (40, 47, 130),
+]
+
+
+@pytest.fixture(scope="module")
+def dev():
+    try:
+        return get_device()
+    except DeviceNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def _need(dev, dtype):
+    try:
+        dev.check_dtype(dtype)
+    except UnsupportedError as exc:
+        pytest.skip(str(exc))
+
+
+def _rel(x, ref):
+    den = np.linalg.norm(ref)
+    return np.linalg.norm(np.asarray(x, np.float64) - ref) / (den if den > 0 else 1.0)
+
+
+def _dev_array(q, x):
+    """Device copy of ``x`` (at least one element: OpenCL has no empty buffers)."""
+    x = np.ascontiguousarray(x)
+    return cla.to_device(q, x if x.size else np.zeros(1, x.dtype))
+
+
+def _op(x, t):
+    return x.T if t else x
+
+
+def _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=False):
+    A = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    B = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    C0 = np.full((m, n), np.nan, dtype) if nan_c else rng.standard_normal((m, n)).astype(dtype)
+    q = dev.queue
+    a, b, c = _dev_array(q, A), _dev_array(q, B), _dev_array(q, C0)
+    gemm(dev, dtype, m, n, k, a, b, c, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta)
+    ref = alpha * (_op(A, ta).astype(np.float64) @ _op(B, tb).astype(np.float64))
+    if beta != 0:
+        ref += beta * C0.astype(np.float64)
+    return c.get()[: m * n].reshape(m, n), ref
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_gemm_shapes(dev, dtype, ta, tb):
+    _need(dev, dtype)
+    rng = np.random.default_rng(1)
+    bad = []
+    for i, (m, n, k) in enumerate(SHAPES):
+        alpha, beta = (1.0, 0.0) if i % 3 == 0 else (0.75, -1.25)
+        out, ref = _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng)
+        err = _rel(out, ref)
+        if not err <= TOL[dtype]:
+            bad.append(((m, n, k), err))
+    assert not bad, f"relative error above {TOL[dtype]}: {bad}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_beta_zero_ignores_nan(dev, dtype, ta, tb):
+    _need(dev, dtype)
+    rng = np.random.default_rng(2)
+    for m, n, k in [(33, 65, 17), (1, 1, 1), (70, 40, 0)]:
+        out, ref = _run(dev, dtype, m, n, k, ta, tb, 1.5, 0.0, rng, nan_c=True)
+        assert np.isfinite(out).all()
+        assert _rel(out, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_empty_sizes(dev, dtype):
+    _need(dev, dtype)
+    q = dev.queue
+    C0 = np.arange(12, dtype=dtype).reshape(3, 4)
+    c = _dev_array(q, C0)
+    before = programs.launch_count()
+    gemm(dev, dtype, 0, 4, 5, None, None, c)
+    gemm(dev, dtype, 3, 0, 5, None, None, c)
+    gemm(dev, dtype, 3, 4, 5, None, None, c, batch=0)
+    assert programs.launch_count() == before
+    np.testing.assert_array_equal(c.get(), C0)
+    gemm(dev, dtype, 3, 4, 0, None, None, c, beta=2.0)  # k == 0: C = beta * C
+    np.testing.assert_array_equal(c.get(), 2 * C0)
+    c = _dev_array(q, np.full((3, 4), np.nan, dtype))
+    gemm(dev, dtype, 3, 4, 0, None, None, c, trans_b=True)  # beta == 0: C = 0
+    np.testing.assert_array_equal(c.get(), np.zeros((3, 4), dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_offsets_leading_dims_batch(dev, dtype, ta, tb):
+    """Sub-matrices of larger buffers, with offsets, padded leading dimensions and batch strides;
+    A is passed as an Array view with its own offset, B and C as plain Buffers."""
+    _need(dev, dtype)
+    rng = np.random.default_rng(3)
+    q = dev.queue
+    m, n, k, batch = 37, 45, 29, 3
+    a_rows, a_cols = (k, m) if ta else (m, k)
+    b_rows, b_cols = (n, k) if tb else (k, n)
+    lda, ldb, ldc = a_cols + 3, b_cols + 5, n + 2
+    a_off, b_off, c_off = 7, 11, 5
+    sa, sb, sc = a_rows * lda + 13, b_rows * ldb + 1, m * ldc + 9
+    big_a = rng.standard_normal(a_off + batch * sa + 20).astype(dtype)
+    big_b = rng.standard_normal(b_off + batch * sb).astype(dtype)
+    big_c = rng.standard_normal(c_off + batch * sc + 4).astype(dtype)
+    view_pad = 4  # the Array view starts 4 elements into its buffer
+    a_arr = cla.to_device(q, big_a)[view_pad:]
+    b_buf = cla.to_device(q, big_b).base_data
+    c_arr = cla.to_device(q, big_c)
+    alpha, beta = 0.5, 1.5
+    gemm(dev, dtype, m, n, k, a_arr, b_buf, c_arr.base_data, trans_a=ta, trans_b=tb,
+         alpha=alpha, beta=beta, a_offset=a_off - view_pad, lda=lda, b_offset=b_off, ldb=ldb,
+         c_offset=c_off, ldc=ldc, batch=batch, stride_a=sa, stride_b=sb, stride_c=sc)
+    got = c_arr.get()
+    expect = big_c.astype(np.float64).copy()
+    for i in range(batch):
+        A = big_a[a_off + i * sa:][: a_rows * lda].reshape(a_rows, lda)[:, :a_cols]
+        B = big_b[b_off + i * sb:][: b_rows * ldb].reshape(b_rows, ldb)[:, :b_cols]
+        C = big_c[c_off + i * sc:][: m * ldc].reshape(m, ldc)[:, :n].astype(np.float64)
+        ref = alpha * (_op(A, ta).astype(np.float64) @ _op(B, tb).astype(np.float64)) + beta * C
+        view = expect[c_off + i * sc:][: m * ldc].reshape(m, ldc)
+        view[:, :n] = ref
+    # padding between rows and matrices must be untouched
+    assert _rel(got, expect) <= TOL[dtype]
+    mask = np.ones(big_c.size, bool)
+    for i in range(batch):
+        for r in range(m):
+            start = c_off + i * sc + r * ldc
+            mask[start:start + n] = False
+    np.testing.assert_array_equal(got[mask], big_c[mask])
+
+
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_batch_broadcast_a(dev, ta, tb):
+    """stride_a = 0: one A for every batch entry (e.g. shared weights)."""
+    rng = np.random.default_rng(4)
+    q = dev.queue
+    m, n, k, batch = 19, 23, 35, 4
+    A = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    Bs = rng.standard_normal((batch,) + ((n, k) if tb else (k, n))).astype(np.float32)
+    c = cla.zeros(q, (batch, m, n), np.float32)
+    gemm(dev, np.float32, m, n, k, _dev_array(q, A), _dev_array(q, Bs), c, trans_a=ta,
+         trans_b=tb, batch=batch, stride_a=0, stride_b=Bs[0].size, stride_c=m * n)
+    ref = np.stack([_op(A, ta).astype(np.float64) @ _op(B, tb) for B in Bs])
+    assert _rel(c.get(), ref) <= 1e-5
+
+
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_other_tile_configs(dev, ta, tb, monkeypatch):
+    """The kernels are correct for tunables other than the defaults (scalar and narrow vectors,
+    odd tiles, column-fast order)."""
+    rng = np.random.default_rng(5)
+    for tuning in (
+        {"GEMM_TM": 3, "GEMM_TN": 8, "GEMM_VW": 4, "GEMM_DTM": 3, "GEMM_DTN": 2, "GEMM_DVW": 4,
+         "GEMM_MFAST": 0, "GEMM_WG": 3},
+        {"GEMM_TM": 1, "GEMM_TN": 1, "GEMM_VW": 1, "GEMM_DTM": 1, "GEMM_DTN": 1, "GEMM_DVW": 1,
+         "GEMM_FMA": 0, "GEMM_WG": 1},
+    ):
+        other = Device(dev.cl_device, context=dev.context, queue=dev.queue, info=dev.info)
+        monkeypatch.setattr(other, "tuning", lambda family, t=tuning: dict(t))
+        for m, n, k in [(1, 1, 1), (13, 17, 19), (40, 9, 33)]:
+            out, ref = _run(other, np.float32, m, n, k, ta, tb, 1.25, 0.5, rng)
+            assert _rel(out, ref) <= 1e-5, (tuning, m, n, k)
+
+
+def test_one_launch_per_call(dev):
+    q = dev.queue
+    a = cla.zeros(q, (64, 64), np.float32)
+    c = cla.zeros(q, (64, 64), np.float32)
+    gemm(dev, np.float32, 64, 64, 64, a, a, c)
+    before = programs.launch_count()
+    for ta, tb in TRANS:
+        gemm(dev, np.float32, 64, 64, 64, a, a, c, trans_a=ta, trans_b=tb, batch=1)
+    sum_rows(dev, np.float32, 64, 64, a, c)
+    assert programs.launch_count() == before + 5
+
+
+def test_argument_errors(dev):
+    q = dev.queue
+    a = cla.zeros(q, (8, 8), np.float32)
+    with pytest.raises(ShapeError):
+        gemm(dev, np.float32, 9, 8, 8, a, a, a)  # A and C too small
+    with pytest.raises(ShapeError):
+        gemm(dev, np.float32, 4, 4, 4, a, a, a, lda=3)  # lda below the row length
+    with pytest.raises(ShapeError):
+        gemm(dev, np.float32, 2, 2, 2, a, a, a, batch=2, stride_a=4, stride_b=4, stride_c=0)
+    with pytest.raises(TypeError):
+        gemm(dev, np.float16, 2, 2, 2, a, a, a)
+    with pytest.raises(TypeError):
+        gemm(dev, np.float64, 2, 2, 2, a, a, a)  # Array dtype differs from dtype
+    with pytest.raises(ShapeError):
+        sum_rows(dev, np.float32, 9, 8, a, a)
+
+
+# ---- sum_rows --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_sum_rows(dev, dtype):
+    _need(dev, dtype)
+    rng = np.random.default_rng(6)
+    q = dev.queue
+    for rows, cols in [(1, 1), (3, 5), (1600, 2048), (7, 33), (300, 17), (5, 16), (64, 100)]:
+        for beta in (0.0, 0.5):
+            A = rng.standard_normal((rows, cols)).astype(dtype)
+            O0 = np.full(cols, np.nan, dtype) if beta == 0 else rng.standard_normal(cols).astype(dtype)
+            out = _dev_array(q, O0)
+            sum_rows(dev, dtype, rows, cols, _dev_array(q, A), out, beta=beta)
+            ref = A.astype(np.float64).sum(0) + (beta * O0 if beta else 0)
+            assert _rel(out.get(), ref) <= TOL[dtype], (rows, cols, beta)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_sum_rows_offsets_batch_empty(dev, dtype):
+    _need(dev, dtype)
+    rng = np.random.default_rng(7)
+    q = dev.queue
+    rows, cols, lda, batch = 45, 37, 41, 3
+    a_off, o_off, sa, so = 3, 2, 45 * 41 + 6, 40
+    big_a = rng.standard_normal(a_off + batch * sa).astype(dtype)
+    big_o = rng.standard_normal(o_off + batch * so).astype(dtype)
+    o = _dev_array(q, big_o)
+    sum_rows(dev, dtype, rows, cols, _dev_array(q, big_a), o, a_offset=a_off, lda=lda,
+             out_offset=o_off, beta=1.0, batch=batch, stride_a=sa, stride_out=so)
+    expect = big_o.astype(np.float64).copy()
+    for i in range(batch):
+        A = big_a[a_off + i * sa:][: rows * lda].reshape(rows, lda)[:, :cols]
+        expect[o_off + i * so:][:cols] += A.astype(np.float64).sum(0)
+    assert _rel(o.get(), expect) <= TOL[dtype]
+    # rows == 0: out = beta * out; cols == 0: nothing
+    o = _dev_array(q, np.arange(5, dtype=dtype))
+    sum_rows(dev, dtype, 0, 5, None, o, beta=3.0)
+    np.testing.assert_array_equal(o.get(), 3 * np.arange(5, dtype=dtype))
+    sum_rows(dev, dtype, 0, 5, None, o)
+    np.testing.assert_array_equal(o.get(), np.zeros(5, dtype))
+    sum_rows(dev, dtype, 4, 0, None, o)
+
+
+def test_sources_compile_with_defaults(dev):
+    """Each .cl file builds with no tunables (its #ifndef defaults) in both dtypes."""
+    for dtype in DTYPES:
+        try:
+            code = 1 if dev.check_dtype(dtype) == np.float32 else 2
+        except UnsupportedError:
+            continue
+        for name, kernels in (("gemm.cl", ("pyrnn_gemm_outer", "pyrnn_gemm_dot")),
+                              ("reduce.cl", ("pyrnn_sum_rows",))):
+            prog = programs.get_program(dev, name, {"PYRNN_DTYPE": code})
+            for kernel in kernels:
+                prog.kernel(kernel)
