@@ -222,8 +222,8 @@ def _disk_read(key: str) -> bytes | None:
     path = entry_path(key)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a miss; an unusable directory is reported once when writing
     except OSError as exc:
         _warn_once(path.parent, f"pyrnn_cl kernel cache {path.parent} is not readable ({exc}); "
                                 "building kernels from source")
