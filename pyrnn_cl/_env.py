@@ -5,24 +5,32 @@ Every variable is read through a function, at call time, with a default, so test
 ``os.environ`` for a ``PYRNN_CL_*`` name (style.md §1.1: pyopencl's ``cache.py`` once did
 ``os.environ["PYOPENCL_CACHE_FAILURE_FATAL"]`` and raised ``KeyError`` wherever CI did not set it).
 
-=============================  ==========================================================  ==========
-Variable                       Meaning                                                     Default
-=============================  ==========================================================  ==========
-``PYRNN_CL_DEVICE``            Device spec for the default device (``"0:1"``, ``"pocl"``,  unset
-                               ``"gpu"``, a name substring; see ``pyrnn_cl.devices``).
-``PYOPENCL_CTX``               pyopencl's own choice (``"0"``, ``"0:1"``, ``"AMD:0"``,     unset
-                               substrings), used when ``PYRNN_CL_DEVICE`` is unset.
-``PYRNN_CL_PROFILE``           Force a vendor profile by name (``"pocl"``, ``"generic"``)  unset
-                               for every device, e.g. to work around a mis-detection.
-``PYRNN_CL_CACHE_DIR``         Directory of the on-disk kernel binary cache.               user cache
-``PYRNN_CL_NO_CACHE``          ``1`` disables the disk cache (memory memo stays).          ``0``
-``PYRNN_CL_COMPILER_OUTPUT``   ``1`` turns non-empty build logs into ``CompilerWarning``.  ``0``
-``PYRNN_CL_DUMP_SOURCE``       ``1`` writes every expanded kernel source to the cache dir  ``0``
-                               (``<key>.cl``) and logs the path.
-``PYRNN_CL_TEST``              Device filter for the test-suite (PYOPENCL_TEST syntax:     unset
-                               ``"0:0,1;intel:i5"``).
-``PYRNN_CL_REQUIRE_DEVICE``    ``1``: a test session fails if no kernel ran on a device.   ``0``
-=============================  ==========================================================  ==========
+Variables (unset or empty means the default):
+
+``PYRNN_CL_DEVICE``
+    Device spec of the default device: ``"0:1"``, ``"pocl"``, ``"gpu"``, a name substring (see
+    ``pyrnn_cl.devices``).
+``PYOPENCL_CTX``
+    pyopencl's own choice (``"0"``, ``"0:1"``, ``"AMD:0"``, substrings), parsed as pyopencl
+    parses it; used when ``PYRNN_CL_DEVICE`` is unset.
+``PYRNN_CL_PROFILE``
+    Force one vendor profile (``"pocl"``, ``"generic"``, ...) on every device, e.g. to work
+    around a mis-detection.
+``PYRNN_CL_CACHE_DIR``
+    Directory of the on-disk kernel binary cache (default: the user cache directory, below).
+``PYRNN_CL_NO_CACHE``
+    ``1`` disables the disk cache (the in-memory memo stays).
+``PYRNN_CL_COMPILER_OUTPUT``
+    ``1`` turns non-empty build logs into ``CompilerWarning`` (they are always logged at DEBUG).
+``PYRNN_CL_DUMP_SOURCE``
+    ``1`` writes every expanded kernel source to ``<cache dir>/source/<key>.cl``.
+``PYRNN_CL_TEST``
+    Device filter for the test-suite, in ``PYOPENCL_TEST`` syntax (``"0:0,1;intel:i5"``);
+    ``pyrnn_cl.devices.select_devices`` parses it.
+``PYRNN_CL_REQUIRE_DEVICE``
+    ``1``: a test session fails if no kernel ran on a device (pitfalls C14).
+
+Boolean variables are false when unset, empty, ``0``, ``false``, ``no`` or ``off``.
 
 The user cache directory is ``$XDG_CACHE_HOME/pyrnn_cl`` (``~/.cache/pyrnn_cl`` when unset) on
 Linux and other Unixes, ``~/Library/Caches/pyrnn_cl`` on macOS and

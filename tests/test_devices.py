@@ -4,7 +4,10 @@ error messages on hand-written DeviceInfos (no OpenCL needed), then the real dev
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,7 +190,8 @@ def test_benign_log_lines_are_filtered():
     log = ("Function pyrnn_fwd is a kernel, so overriding noinline attribute. The function may "
            "be inlined when called.\n\nwarning: real problem\n")
     assert profile_for(NVIDIA_GPU).filter_log(log) == "warning: real problem"
-    intel_log = "Compilation started\nCompilation done\nKernel <k> was successfully vectorized (8)\nDone."
+    intel_log = ("Compilation started\nCompilation done\n"
+                 "Kernel <k> was successfully vectorized (8)\nDone.")
     assert profile_for(INTEL_CPU).filter_log(intel_log) == ""
     assert profile_for(POCL_DEBIAN).filter_log(" \n") == ""
 
@@ -429,5 +433,73 @@ def test_real_device():
     assert wrapped.info.index == dev.info.index
     set_default_device(queue)
     assert get_device().queue is queue
+
+# }}}
+
+# {{{ environment module and command line
+
+
+def test_env_defaults_and_overrides(monkeypatch, tmp_path):
+    from pyrnn_cl import _env
+
+    for name in ("PYRNN_CL_CACHE_DIR", "PYRNN_CL_NO_CACHE", "PYRNN_CL_COMPILER_OUTPUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if sys.platform.startswith("linux"):
+        assert _env.cache_dir() == tmp_path / "pyrnn_cl"
+    monkeypatch.setenv("PYRNN_CL_CACHE_DIR", "~/elsewhere")
+    assert _env.cache_dir() == Path("~/elsewhere").expanduser()
+    assert _env.cache_enabled() and not _env.compiler_output()
+    for value, expected in (("1", False), ("yes", False), ("0", True), ("off", True), ("", True)):
+        monkeypatch.setenv("PYRNN_CL_NO_CACHE", value)
+        assert _env.cache_enabled() is expected, value
+    monkeypatch.setenv("PYRNN_CL_DEVICE", "  ")
+    assert _env.device_spec() is None
+    monkeypatch.setenv("PYRNN_CL_PROFILE", "NVIDIA")
+    assert _env.forced_profile() == "nvidia"
+
+
+def test_cli_devices_table(fake_platforms, capsys):
+    from pyrnn_cl import cli
+
+    fake_platforms([OCLGRIND, POCL_DEBIAN, NVIDIA_GPU])
+    assert cli.main(["devices"]) == 0
+    out = capsys.readouterr().out
+    rows = {match.group(1): line for line in out.splitlines()
+            if (match := re.match(r"^[*-]?\s+(\d+:\d+)\s", line))}
+    assert rows["2:0"].startswith("*") and "nvidia" in rows["2:0"] and " gpu " in rows["2:0"]
+    assert rows["7:0"].startswith("-") and "generic" in rows["7:0"]
+    assert "yes" in rows["5:0"] and "pocl" in rows["5:0"]
+    assert "ranking" in out
+    assert cli.main(["devices", "-v"]) == 0
+    assert "extensions: cl_khr_fp64" in capsys.readouterr().out
+
+
+def test_cli_without_devices(fake_platforms, capsys):
+    from pyrnn_cl import cli
+
+    fake_platforms([])
+    assert cli.main(["devices"]) == 1
+    out = capsys.readouterr().out
+    assert "No OpenCL device found" in out and 'pip install "pyrnn_cl[pocl]"' in out
+    fake_platforms([OCLGRIND])
+    assert cli.main(["devices"]) == 0
+    assert "No default device" in capsys.readouterr().out
+
+
+def test_cli_delegates_lazily(monkeypatch, capsys):
+    from pyrnn_cl import cli
+
+    calls = []
+    fake = types.ModuleType("fake_selftest")
+    fake.main = lambda args: calls.append(args) or 3
+    monkeypatch.setitem(sys.modules, "fake_selftest", fake)
+    monkeypatch.setitem(cli._DELEGATED, "selftest", ("fake_selftest", "help"))
+    assert cli.main(["selftest", "--device", "pocl", "-h"]) == 3
+    assert calls == [["--device", "pocl", "-h"]]
+    monkeypatch.setitem(cli._DELEGATED, "bench", ("pyrnn_cl._no_such_module", "help"))
+    assert cli.main(["bench"]) == 2
+    assert "no pyrnn_cl._no_such_module module" in capsys.readouterr().err
+    assert cli.main([]) == 2
 
 # }}}
