@@ -31,9 +31,10 @@ class PoclProfile(VendorProfile):
     simd_width = 8
 
     #: Substrings of ``platform_version`` marking a distribution build (Debian/Ubuntu package
-    #: ``pocl-opencl-icd``): preferred over other builds such as pip's ``pocl-binary-
-    #: distribution`` wheel, which was measured to be slower on our kernels. Inside a group the
-    #: newer PoCL (then the newer LLVM) wins.
+    #: ``pocl-opencl-icd``, "PoCL 3.1+debian"). With two PoCL installs side by side, such a
+    #: build ranks before others (pip's ``pocl-binary-distribution`` wheel) because it was the
+    #: faster one on our kernels; change this data, not the code, if measurements disagree.
+    #: Inside a group the newer PoCL, then the newer LLVM, wins.
     PREFERRED_BUILD_MARKERS = ("+debian", "+ubuntu", "+deb", "+fedora")
 
     TUNING = {
