@@ -1,12 +1,14 @@
 """Device layer (API.md §4): find OpenCL devices, pick one, and wrap it with a vendor profile.
 
->>> from pyrnn_cl.devices import get_device
->>> dev = get_device()          # the default device, never prompts
->>> dev.info.name, dev.profile.name, dev.queue
+Example::
+
+    from pyrnn_cl.devices import get_device
+    dev = get_device()          # the default device; never prompts
+    dev.info.name, dev.profile.name, dev.queue, dev.tuning("gemm")
 
 Spec strings (``get_device(spec)``, ``PYRNN_CL_DEVICE``, ``device=`` of every op):
 
-* ``"P:D"``: platform and device index (``"0:1"``); ``"P"`` alone is the platform's first device.
+* ``"P:D"``: platform and device index (``"0:1"``); ``"P"`` alone: the platform's best device.
   Either part may instead be a case-insensitive substring of the platform/device name
   (``"AMD:0"``, ``"pocl:epyc"``), as in ``PYOPENCL_CTX``.
 * a profile name: ``"nvidia"``, ``"amd"``, ``"apple"``, ``"intel"``, ``"pocl"``, ``"generic"``;
