@@ -1,0 +1,23 @@
+"""pyrnn_cl: RNN, LSTM and GRU layers, forward and backward, in OpenCL C kernels for any OpenCL
+device, with three API dialects over one engine (see README.md and API.md):
+
+* MPSGraph-style layer ops: :func:`single_gate_rnn`, :func:`lstm`, :func:`gru` and their
+  ``*_gradients``;
+* TensorFlow block ops: :func:`gru_block_cell`, :func:`lstm_block_cell`, :func:`block_lstm`, ...;
+* the cuDNN-style fused multi-layer op :func:`cudnn_rnn` / :func:`cudnn_rnn_backprop`.
+
+The device layer is :mod:`pyrnn_cl.devices` (also ``pyrnn_cl.devices`` right after import).
+"""
+
+from . import devices
+from ._version import __version__
+from .errors import BuildError, DeviceNotFoundError, ShapeError, UnsupportedError
+from .mps import (GRUDescriptor, LSTMDescriptor, SingleGateRNNDescriptor, gru, gru_gradients,
+                  lstm, lstm_gradients, single_gate_rnn, single_gate_rnn_gradients)
+
+__all__ = [
+    "__version__", "devices", "BuildError", "DeviceNotFoundError", "ShapeError",
+    "UnsupportedError",
+    "SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
+    "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients",
+]

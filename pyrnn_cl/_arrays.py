@@ -1,0 +1,169 @@
+"""Call conventions shared by every public op (API.md §0): arrays in, arrays out, one dtype, the
+device, and argument validation with messages that name the argument.
+
+An op builds a :class:`Call` from its array arguments (in signature order). The first array
+decides the output kind: NumPy in, NumPy out; ``pyopencl.array.Array`` in, device arrays out on
+the same queue. Every floating array must share one dtype (float32 or float64); float64 needs
+``cl_khr_fp64`` on the device.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from .devices import resolve_device
+from .errors import ShapeError
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_array(a) -> bool:
+    return isinstance(a, (np.ndarray, cla.Array))
+
+
+def check_shape(name, a, expected):
+    """``ShapeError`` naming ``name`` unless ``a.shape == expected`` (``None`` entries: any)."""
+    shape = tuple(a.shape)
+    ok = len(shape) == len(expected) and all(e is None or e == s
+                                             for s, e in zip(shape, expected))
+    if not ok:
+        want = "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
+        raise ShapeError(f"{name}: got shape {list(shape)}, expected {want}")
+
+
+def check_rank(name, a, rank):
+    if len(a.shape) != rank:
+        raise ShapeError(f"{name}: got shape {list(a.shape)} (rank {len(a.shape)}), expected "
+                         f"rank {rank}")
+
+
+def check_choice(name, value, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: got {value!r}, expected one of "
+                         f"{', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def check_int(name, value, low=None, high=None):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+            value = int(value)
+        else:
+            raise TypeError(f"{name}: expected an integer, got {type(value).__name__} "
+                            f"({value!r})")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name}: got {value}, expected a value in [{lo}, {hi}]")
+    return value
+
+
+def check_float(name, value, low=None, high=None):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not np.isfinite(value) or (low is not None and value < low) or (
+            high is not None and value > high):
+        raise ValueError(f"{name}: got {value}, expected a finite value in "
+                         f"[{low if low is not None else '-inf'}, "
+                         f"{high if high is not None else 'inf'}]")
+    return value
+
+
+class Call:
+    """Device, dtype and output kind of one op call.
+
+    ``arrays`` maps argument names to the floating array arguments (``None`` for absent
+    optional ones), in signature order.
+    """
+
+    def __init__(self, arrays: dict, device=None):
+        first = None
+        dtype = None
+        for name, a in arrays.items():
+            if a is None:
+                continue
+            if not is_array(a):
+                raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
+                                f"{type(a).__name__}")
+            dt = np.dtype(a.dtype)
+            if dt not in _FLOATS:
+                raise TypeError(f"{name}: got dtype {dt}, expected float32 or float64")
+            if dtype is None:
+                first, dtype, first_name = a, dt, name
+            elif dt != dtype:
+                raise TypeError(f"{name}: got dtype {dt}, but {first_name} is {dtype}; all "
+                                "floating arrays of one call must share one dtype")
+        if first is None:
+            raise TypeError("no array argument given")
+        self.numpy_out = isinstance(first, np.ndarray)
+        if device is None and isinstance(first, cla.Array):
+            device = first.queue
+        self.device = resolve_device(device)
+        self.dtype = self.device.check_dtype(dtype)
+        self.queue = self.device.queue
+
+    # -- inputs -----------------------------------------------------------------------------
+
+    def dev(self, name, a, shape=None):
+        """``a`` as a contiguous, zero-offset device array (copied when needed)."""
+        if a is None:
+            return None
+        if shape is not None:
+            check_shape(name, a, shape)
+        if isinstance(a, np.ndarray):
+            host = np.ascontiguousarray(a, dtype=self.dtype)
+            if host.size == 0:
+                return cla.empty(self.queue, host.shape, self.dtype)
+            return cla.to_device(self.queue, host)
+        if a.context != self.device.context:
+            raise ValueError(f"{name}: the array lives in another OpenCL context than the "
+                             f"device {self.device.info.name!r}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name}: the device array is not contiguous (strides "
+                             f"{a.strides}); pass a contiguous array")
+        if a.offset:
+            b = cla.empty(self.queue, a.shape, a.dtype)
+            if a.size:
+                cl.enqueue_copy(self.queue, b.base_data, a.base_data, src_offset=a.offset,
+                                byte_count=a.nbytes)
+            return b
+        return a
+
+    def host(self, name, a):
+        """``a`` as a NumPy array (a device array is read back)."""
+        if a is None:
+            return None
+        return a.get(queue=self.queue) if isinstance(a, cla.Array) else np.asarray(a)
+
+    def zeros(self, shape):
+        return cla.zeros(self.queue, shape, self.dtype)
+
+    def empty(self, shape):
+        return cla.empty(self.queue, shape, self.dtype)
+
+    def lengths(self, name, a, n, high):
+        """An int32 device array of sequence lengths ``[n]`` with values in ``[0, high]``."""
+        host = self.host(name, a)
+        if host.dtype.kind not in "iu":
+            raise TypeError(f"{name}: got dtype {host.dtype}, expected int32 or int64")
+        check_shape(name, host, (n,))
+        if host.size and (host.min() < 0 or host.max() > high):
+            raise ValueError(f"{name}: values must lie in [0, {high}], got min {host.min()} "
+                             f"and max {host.max()}")
+        return cla.to_device(self.queue, np.ascontiguousarray(host, dtype=np.int32))
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def out(self, a, shape=None):
+        """An output in the caller's kind (NumPy or device array), reshaped to ``shape``."""
+        if shape is not None:
+            a = a.reshape(shape)
+        if self.numpy_out:
+            return a.get(queue=self.queue) if a.size else np.zeros(a.shape, self.dtype)
+        return a

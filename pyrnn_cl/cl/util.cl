@@ -1,0 +1,51 @@
+/* util.cl -- small element-wise kernels used around the recurrence: bias broadcast, strided copies
+ * (layout changes such as batch-major <-> time-major, slices of layer states) and tanh.
+ * One work-item per element; sizes, offsets and strides are arguments (elements).
+ */
+#include "common.h"
+
+/* a[i][j] += b[j] for a row-major [rows][cols] a. Global size (cols, rows). */
+__kernel void pyrnn_add_rows(__global real *a, const int cols, __global const real *b)
+{
+    const int j = get_global_id(0);
+    const long i = get_global_id(1);
+    a[i * cols + j] += b[j];
+}
+
+/* dst[i0][i1][i2] = alpha * src[i0][i1][i2] + beta * dst (beta == 0: dst not read), through
+ * arbitrary element strides (a stride of 0 broadcasts). Global size (n2, n1, n0). */
+__kernel void pyrnn_copy3(__global real *dst, const long d_off, const long ds0, const long ds1,
+                          const long ds2, __global const real *src, const long s_off,
+                          const long ss0, const long ss1, const long ss2, const real alpha,
+                          const real beta)
+{
+    const long i2 = get_global_id(0), i1 = get_global_id(1), i0 = get_global_id(2);
+    const long di = d_off + i0 * ds0 + i1 * ds1 + i2 * ds2;
+    const real v = alpha * src[s_off + i0 * ss0 + i1 * ss1 + i2 * ss2];
+    dst[di] = beta == 0 ? v : v + beta * dst[di];
+}
+
+/* y[i] = tanh(x[i]). Global size (n). */
+__kernel void pyrnn_tanh(__global real *y, __global const real *x)
+{
+    const long i = get_global_id(0);
+    y[i] = tanh(x[i]);
+}
+
+/* y[i] = act(x[i]) with a run-time activation code (common.h). Global size (n). */
+__kernel void pyrnn_act_map(__global real *y, __global const real *x, const int kind)
+{
+    const long i = get_global_id(0);
+    y[i] = pyrnn_act(kind, x[i]);
+}
+
+/* y[r][d][j] = a[r][d][off + j] * act(c[r][d][j]): rebuilds h = o . act(c) of an LSTM from a
+ * gate block of width-GW rows and the cell sequence. Global size (H, D, rows). */
+__kernel void pyrnn_gate_act(__global real *y, __global const real *a, __global const real *c,
+                             const int H, const int GW, const int off, const int kind)
+{
+    const int j = get_global_id(0), d = get_global_id(1), D = get_global_size(1);
+    const long r = get_global_id(2);
+    const long hi = (r * D + d) * H + j;
+    y[hi] = a[(r * D + d) * GW + off + j] * pyrnn_act(kind, c[hi]);
+}

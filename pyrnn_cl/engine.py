@@ -1,0 +1,371 @@
+"""The gate-recurrence engine shared by every dialect: one layer, one or two directions.
+
+A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
+
+1. **Input projection for all T steps at once** (:func:`input_projection`, one GEMM):
+   ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]`` (gate blocks in the caller's
+   order). Dialects without input weights fill ``gx`` themselves (MPSGraph ``input_weight=None``,
+   cuDNN ``skip_input``).
+2. **One fused kernel per step** (``pyrnn_fwd`` in ``cl/recurrence.cl``): the recurrent product
+   ``(h[t-1] . m) R^T + b_h`` from packed weights, the cell's pointwise maths (``cl/cells/*.cl``)
+   and the values backward needs, written over ``gx`` in place (the *saved gates*). Both
+   directions run in the same launch. A reset-before GRU needs a second kernel per step
+   (``pyrnn_fwd_b``), an LSTM projection one more (``pyrnn_proj``).
+3. Backward mirrors it: per step one fused kernel (``pyrnn_bwd``) reduces the next step's gate
+   gradients through ``R`` into ``dh[t]`` and runs the cell backward; afterwards the weight and
+   input gradients are large GEMMs over all steps (:func:`input_gradients`,
+   :meth:`Recurrence.recurrent_weight_gradient`).
+
+The whole sequence is enqueued on one in-order queue with kernel arguments set once; only the
+step index changes between launches, and the host never waits inside the loop.
+
+Buffers are :class:`pyopencl.array.Array` objects, contiguous, with zero offset; layouts are
+described in :mod:`pyrnn_cl.layout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from .cells import CellSpec
+from .gemm import gemm, sum_rows
+from .programs import enqueue, get_program
+from .sources import dtype_code
+
+__all__ = ["Recurrence", "StateView", "input_projection", "input_gradients", "util_program",
+           "copy3", "add_rows"]
+
+_I32 = np.int32
+_I64 = np.int64
+
+
+@dataclass(frozen=True)
+class StateView:
+    """A ``[D][N][W]`` state tensor inside ``array`` at element ``(d, n, k)`` =
+    ``d * sd + n * sn + k`` (MPSGraph ``[N, D*H]``: ``sd = H, sn = D*H``; cuDNN: ``sd = N*W``)."""
+
+    array: cla.Array
+    sd: int
+    sn: int
+
+
+def util_program(device, dtype):
+    """The program of ``cl/util.cl`` for ``dtype``."""
+    return get_program(device, "util.cl", {"PYRNN_DTYPE": dtype_code(dtype)})
+
+
+def add_rows(device, dtype, a, rows, cols, b):
+    """``a[i][j] += b[j]`` for a contiguous ``[rows][cols]`` array ``a``."""
+    if rows == 0 or cols == 0:
+        return
+    knl = util_program(device, dtype).kernel("pyrnn_add_rows")
+    knl.set_args(a.base_data, _I32(cols), b.base_data)
+    enqueue(device.queue, knl, (cols, rows))
+
+
+def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, alpha=1.0,
+          beta=0.0):
+    """``dst[i0,i1,i2] = alpha * src[i0,i1,i2] + beta * dst`` through element strides."""
+    if 0 in shape:
+        return
+    knl = util_program(device, dtype).kernel("pyrnn_copy3")
+    real = np.dtype(dtype).type
+    knl.set_args(dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
+                 _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
+    enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
+
+
+def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None):
+    """``gx = x W^T (+ b)``: ``x`` ``[rows][width]``, ``weight`` ``[out_width][width]``, bias
+    ``[out_width]``; returns a new ``[rows][out_width]`` array (one GEMM for every step)."""
+    gx = cla.empty(device.queue, (rows, out_width), dtype)
+    gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True)
+    if bias is not None:
+        add_rows(device, dtype, gx, rows, out_width, bias)
+    return gx
+
+
+def input_gradients(device, dtype, dgx, rows, out_width, x, width, weight, *, dx=None,
+                    dx_beta=0.0, need_dw=True, need_db=True):
+    """Gradients of ``gx = x W^T + b`` from ``dgx`` ``[rows][out_width]``: returns
+    ``(dx [rows][width] or the given dx, dW [out_width][width] or None, db or None)``; all GEMMs
+    over every step at once."""
+    if dx is not None or weight is not None:
+        if dx is None:
+            dx = cla.empty(device.queue, (rows, width), dtype)
+        gemm(device, dtype, rows, width, out_width, dgx, weight, dx, beta=dx_beta)
+    dw = db = None
+    if need_dw:
+        dw = cla.empty(device.queue, (out_width, width), dtype)
+        gemm(device, dtype, out_width, width, rows, dgx, x, dw, trans_a=True)
+    if need_db:
+        db = cla.empty(device.queue, (out_width,), dtype)
+        sum_rows(device, dtype, rows, out_width, dgx, db)
+    return dx, dw, db
+
+
+def _dummy(device, dtype):
+    """A one-element buffer passed for absent optional inputs (kernels never read it)."""
+    return cla.zeros(device.queue, (1,), dtype)
+
+
+def _vector_width(limit, *sizes):
+    """The largest of 16, 8, 4, 2, 1 not above ``limit`` that divides every size."""
+    for vw in (16, 8, 4, 2, 1):
+        if vw <= limit and all(s % vw == 0 for s in sizes):
+            return vw
+    return 1
+
+
+class Recurrence:
+    """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
+
+    Parameters fix everything that changes the compiled program (cell, flags, dtype); sizes are
+    kernel arguments. ``K`` is the width of the recurrent state (``H``, or ``P`` with an LSTM
+    projection), ``rev_mask`` has bit ``d`` set for every direction that runs backwards in time.
+    """
+
+    def __init__(self, device, dtype, cell: CellSpec, *, T, N, H, D=1, P=0, rev_mask=0,
+                 has_mask=False, has_len=False, has_hb=False, has_peep=False, clip=0.0):
+        self.device, self.dtype, self.cell = device, np.dtype(dtype), cell
+        self.T, self.N, self.H, self.D, self.P = int(T), int(N), int(H), int(D), int(P)
+        self.K = self.P or self.H
+        self.rev_mask = int(rev_mask)
+        self.flags = dict(HAS_MASK=int(has_mask), HAS_LEN=int(has_len), HAS_HB=int(has_hb),
+                          HAS_PEEP=int(has_peep), HAS_PROJ=int(bool(P)))
+        self.clip = float(clip)
+        tuning = device.tuning("recurrence")
+        limit = int(tuning.get("REC_VW", 8 if self.dtype == np.float32 else 4))
+        self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
+        self.nb = int(tuning.get("REC_NB", 4))
+        self.G = cell.G
+        self._dummy = _dummy(device, dtype)
+
+    # -- programs ---------------------------------------------------------------------------
+
+    def _program(self, **extra):
+        defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw, "REC_NB": self.nb}
+        defines.update(self.cell.defines())
+        defines.update(self.flags)
+        defines.update(extra)
+        return get_program(self.device, f"engine_{self.cell.kind}.cl", defines)
+
+    def _or_dummy(self, a):
+        return self._dummy.base_data if a is None else a.base_data
+
+    def _step_grid(self, width):
+        return ((self.N + self.nb - 1) // self.nb, self.D * (width // self.vw))
+
+    def _run_steps(self, kernels, step_arg_index, steps):
+        """Enqueue ``kernels`` (list of (kernel, global size)) for every step in ``steps``."""
+        q = self.device.queue
+        for s in steps:
+            for knl, grid in kernels:
+                knl.set_arg(step_arg_index[knl], _I32(s))
+                enqueue(q, knl, grid)
+
+    def pack(self, weight, rows, width, G, blocks):
+        """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]``."""
+        packed = cla.empty(self.device.queue, (self.D * G * rows * width,), self.dtype)
+        knl = self._program().kernel("pyrnn_pack")
+        blk = list(blocks) + [0] * (4 - len(blocks))
+        knl.set_args(_I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
+                     weight.base_data, packed.base_data)
+        enqueue(self.device.queue, knl, (width, G * rows, self.D))
+        return packed
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def forward(self, gx, R, *, h0: StateView, c0: StateView | None = None, hb=None, peep=None,
+                mask=None, lens=None, w_proj=None):
+        """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
+
+        ``R`` ``[D][G*H][K]``; ``hb``, ``peep`` ``[D][G*H]``; ``mask`` ``[T][N][D*H]``; ``lens``
+        int32 ``[N]``; ``w_proj`` ``[D][P][H]``. Returns a dict with ``sav`` (= ``gx``), ``y``
+        ``[T][N][D*K]``, ``cs`` (LSTM) and ``hs`` (projection: h before it).
+        """
+        T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        q, dt = self.device.queue, self.dtype
+        y = cla.empty(q, (T, N, D * K), dt)
+        cs = cla.empty(q, (T, N, D * H), dt) if self.cell.has_c else None
+        hs = None
+        if self.P:
+            hs = cla.empty(q, (T, N, D * H), dt)
+        elif self.cell.two_phase:
+            hs = cla.empty(q, (D * N * H,), dt)
+        out = {"sav": gx, "y": y, "cs": cs, "hs": hs}
+        if T == 0 or N == 0:
+            return out
+        prog = self._program()
+        rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
+        c0 = c0 or StateView(self._dummy, 0, 0)
+        fwd = prog.kernel("pyrnn_fwd")
+        fwd.set_args(_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(0),
+                     gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(peep),
+                     y.base_data, self._or_dummy(cs), self._or_dummy(hs),
+                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
+                     c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                     self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip))
+        kernels = [(fwd, self._step_grid(H))]
+        index = {fwd: 5}
+        if self.cell.two_phase:
+            fb = prog.kernel("pyrnn_fwd_b")
+            fb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
+                        rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
+                        h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
+            kernels.append((fb, self._step_grid(H)))
+            index[fb] = 4
+        if self.P:
+            wpk = self.pack(w_proj, self.P, H, 1, (0,))
+            out["wpk"] = wpk
+            pj = prog.kernel("pyrnn_proj")
+            pj.set_args(_I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
+                        hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
+            kernels.append((pj, self._step_grid(self.P)))
+            index[pj] = 5
+        self._run_steps(kernels, index, range(T))
+        return out
+
+    def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
+        """``out[d][n] = seq[t_last][n][d]`` (``init`` where a row has length 0)."""
+        T, N, D = self.T, self.N, self.D
+        if N == 0 or width == 0:
+            return
+        knl = self._program().kernel("pyrnn_final")
+        src = self._dummy if seq is None or T == 0 else seq
+        knl.set_args(_I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
+                     init.array.base_data, _I64(init.sd), _I64(init.sn),
+                     out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
+        enqueue(self.device.queue, knl, (width, N, D))
+
+    # -- backward ---------------------------------------------------------------------------
+
+    def backward(self, fwd, R, *, h0: StateView, c0: StateView | None = None, dh0: StateView,
+                 dc0: StateView | None = None, hb=None, peep=None, mask=None, lens=None,
+                 w_proj=None, dy=None, dhn: StateView | None = None,
+                 dcn: StateView | None = None, dcs=None):
+        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict).
+
+        ``dy`` ``[T][N][D*K]`` (None: zero), ``dhn``/``dcn`` gradients of the final states,
+        ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0`` and
+        returns a dict with ``dgx`` (input-side gate gradients, ``[T][N][D*G*H]``), ``dgh``
+        (hidden side; the same array unless the cell is a GRU), ``dr`` (projection) and
+        ``dpeep``.
+        """
+        T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        q, dt = self.device.queue, self.dtype
+        separate = self.cell.kind == "gru"
+        dgx = cla.empty(q, (T, N, D * G * H), dt)
+        dgh = cla.empty(q, (T, N, D * G * H), dt) if separate else dgx
+        res = {"dgx": dgx, "dgh": dgh, "dr": None, "dpeep": None}
+        if N == 0:
+            return res
+        flags = dict(HAS_DY=int(dy is not None), HAS_DHN=int(dhn is not None),
+                     HAS_DCN=int(dcn is not None), HAS_DCS=int(dcs is not None))
+        prog = self._program(**flags)
+        c0 = c0 or StateView(self._dummy, 0, 0)
+        dc0 = dc0 or StateView(self._dummy, 0, 0)
+        dhn_v = dhn or StateView(self._dummy, 0, 0)
+        dcn_v = dcn or StateView(self._dummy, 0, 0)
+        carry_h = cla.empty(q, (max(T, 1), N, D * H), dt)
+        carry_c = cla.empty(q, (max(T, 1), N, D * H), dt) if self.cell.has_c else None
+        rpk = fwd.get("rpk")
+        if self.cell.needs_hn and T:
+            rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
+        kernels, index = [], {}
+        dr = None
+        if self.P:
+            dr = cla.empty(q, (max(T, 1), N, D * self.P), dt)
+            res["dr"] = dr
+            bp = prog.kernel("pyrnn_bwd_proj")
+            bp.set_args(_I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
+                        dgh.base_data, R.base_data, self._or_dummy(dy), dr.base_data,
+                        dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
+                        dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
+            kernels.append((bp, self._step_grid(self.P)))
+            index[bp] = 5
+        bw = prog.kernel("pyrnn_bwd")
+        bw.set_args(_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(0),
+                    fwd["sav"].base_data, dgx.base_data, dgh.base_data,
+                    (w_proj if self.P else R).base_data, self._or_dummy(rpk), self._or_dummy(hb),
+                    self._or_dummy(peep), fwd["y"].base_data if T else self._dummy.base_data,
+                    self._or_dummy(fwd.get("cs") if T else None),
+                    self._or_dummy(dr if self.P else dy),
+                    dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
+                    dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
+                    self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
+                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
+                    dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
+                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
+                    c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip))
+        kernels.append((bw, self._step_grid(H)))
+        index[bw] = 5
+        bb = None
+        if self.cell.two_phase:
+            bb = prog.kernel("pyrnn_bwd_b")
+            bb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
+                        fwd["sav"].base_data, dgx.base_data, dgh.base_data, R.base_data,
+                        fwd["y"].base_data if T else self._dummy.base_data, carry_h.base_data,
+                        h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                        self._or_dummy(lens))
+            kernels.append((bb, self._step_grid(H)))
+            index[bb] = 4
+        self._run_steps(kernels, index, range(T - 1, -1, -1))
+        # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
+        self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
+        if self.flags["HAS_PEEP"] and T:
+            dpeep = cla.empty(q, (D * G * H,), dt)
+            pg = prog.kernel("pyrnn_peep_grad")
+            pg.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), dgx.base_data,
+                        fwd["cs"].base_data, c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                        self._or_dummy(lens), dpeep.base_data)
+            enqueue(q, pg, (H, G, D))
+            res["dpeep"] = dpeep
+        return res
+
+    def recurrent_inputs(self, fwd, *, h0: StateView, mask=None, lens=None):
+        """``hin[t] = h[t-1] . m[t]`` for every step (``[T][N][D*K]``), and for a two-phase GRU
+        ``hr = hin . r``: the right-hand sides of the recurrent weight gradient."""
+        T, N, D, K = self.T, self.N, self.D, self.K
+        q, dt = self.device.queue, self.dtype
+        hin = cla.empty(q, (T, N, D * K), dt)
+        hr = cla.empty(q, (T, N, D * K), dt) if self.cell.two_phase else None
+        if T and N:
+            knl = self._program().kernel("pyrnn_gather_hin")
+            knl.set_args(_I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,
+                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                         self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
+                         self._or_dummy(hr))
+            enqueue(q, knl, (K, N, T * D))
+        return hin, hr
+
+    def recurrent_weight_gradient(self, fwd, grads, *, h0: StateView, mask=None, lens=None):
+        """``dR[d] = sum_t dgh[t, d]^T hin[t, d]`` ``[D][G*H][K]`` (one GEMM per direction over
+        all steps) and, with a projection, ``dW_proj[d] = sum_t dr[t, d]^T hs[t, d]``."""
+        T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        q, dt, dev = self.device.queue, self.dtype, self.device
+        GH = G * H
+        hin, hr = self.recurrent_inputs(fwd, h0=h0, mask=mask, lens=lens)
+        dR = cla.empty(q, (D, GH, K), dt)
+        rows = T * N
+        dgh = grads["dgh"]
+        for d in range(D):
+            gemm(dev, dt, GH, K, rows, dgh, hin, dR, trans_a=True, a_offset=d * GH, lda=D * GH,
+                 b_offset=d * K, ldb=D * K, c_offset=d * GH * K)
+            if hr is not None:
+                o = self.cell.gate_blocks[2] * H
+                gemm(dev, dt, H, K, rows, dgh, hr, dR, trans_a=True, a_offset=d * GH + o,
+                     lda=D * GH, b_offset=d * K, ldb=D * K, c_offset=d * GH * K + o * K)
+        dwp = None
+        if self.P:
+            dwp = cla.empty(q, (D, self.P, H), dt)
+            for d in range(D):
+                gemm(dev, dt, self.P, H, rows, grads["dr"], fwd["hs"], dwp, trans_a=True,
+                     a_offset=d * self.P, lda=D * self.P, b_offset=d * H, ldb=D * H,
+                     c_offset=d * self.P * H)
+        return dR, dwp

@@ -1,0 +1,380 @@
+r"""MPSGraph dialect (API.md §1): single-gate RNN, LSTM and GRU layers and their gradients.
+
+One layer, time-major ``source`` ``[T, N, I]``, optionally bidirectional (outputs ``[fwd | bwd]``
+on the feature axis) or reversed. Equations (``m`` is the optional recurrent-input mask, ``x W^T``
+is replaced by ``source`` itself when ``input_weight is None``):
+
+* single gate: :math:`z_t = x_t W^T + (h_{t-1} \odot m_t) R^T + b,\; h_t = act(z_t)`
+  (``activation`` default ``"relu"`` as in MPSGraph).
+* LSTM, gate blocks ``[i, f, z, o]`` (``[i, z, f, o]`` with ``forget_gate_last``):
+  :math:`a = x_t W^T + b + (h_{t-1} \odot m_t) R^T + p \odot c_{t-1}` (peephole on all four gates),
+  :math:`i, f, z, o = f_i(a_i), f_f(a_f), f_z(a_z), f_o(a_o)`,
+  :math:`c_t = f \odot c_{t-1} + i \odot z,\; h_t = o \odot g(c_t)`.
+* GRU, gate blocks ``[z, r, o]`` (``[r, z, o]`` with ``reset_gate_first``):
+  :math:`z = f_z(\cdot),\ r = f_r(\cdot)`; ``reset_after=False``:
+  :math:`c = (h_{t-1} \odot r \odot m_t) R_o^T`, ``True``: :math:`c = ((h_{t-1} \odot m_t) R_o^T
+  + b_2) \odot r`; :math:`o = f_o(c + x_t W_o^T + b_o)`; ``flip_z=False``:
+  :math:`h_t = (1-z) \odot h_{t-1} + z \odot o`, ``True``: :math:`h_t = z \odot h_{t-1} +
+  (1-z) \odot o` (PyTorch/cuDNN).
+
+``reverse=True`` runs t = T-1 .. 0 (output t is the state after x[t]); ``bidirectional`` ignores
+``reverse`` and puts the backward direction's final state at output time 0.
+
+``z_state`` (returned when ``training``) is ``[T, N, G*H]`` (``[T, N, 2*G*H]`` bidirectional) in
+the gate-block order of the weights, holding per step: single gate the pre-activation ``z``;
+LSTM the post-activation gates ``i, f, z, o``; GRU the post-activation ``z, r, o``. Feed it back
+to the matching ``*_gradients`` op unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import engine
+from ._arrays import Call, check_rank, check_shape
+from .cells import PEEP_MPS, CellSpec, activation_code
+from .engine import Recurrence, StateView
+from .errors import ShapeError
+from .programs import enqueue
+
+__all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
+           "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients"]
+
+
+@dataclass
+class SingleGateRNNDescriptor:
+    """MPSGraphSingleGateRNNDescriptor: ``activation`` default ``"relu"`` (as MPSGraph)."""
+
+    reverse: bool = False
+    bidirectional: bool = False
+    training: bool = False
+    activation: str = "relu"
+
+
+@dataclass
+class LSTMDescriptor:
+    """MPSGraphLSTMDescriptor; gate order ``[i, f, z, o]``, or ``[i, z, f, o]`` with
+    ``forget_gate_last``; ``activation`` is g() in ``h = o * g(c)``."""
+
+    reverse: bool = False
+    bidirectional: bool = False
+    training: bool = False
+    produce_cell: bool = False
+    forget_gate_last: bool = False
+    input_gate_activation: str = "sigmoid"
+    forget_gate_activation: str = "sigmoid"
+    cell_gate_activation: str = "tanh"
+    output_gate_activation: str = "sigmoid"
+    activation: str = "tanh"
+
+
+@dataclass
+class GRUDescriptor:
+    """MPSGraphGRUDescriptor; gate order ``[z, r, o]``, or ``[r, z, o]`` with
+    ``reset_gate_first``; ``flip_z=True`` is the PyTorch/cuDNN update ``z*h + (1-z)*o``."""
+
+    reverse: bool = False
+    bidirectional: bool = False
+    training: bool = False
+    reset_gate_first: bool = False
+    reset_after: bool = False
+    flip_z: bool = False
+    update_gate_activation: str = "sigmoid"
+    reset_gate_activation: str = "sigmoid"
+    output_gate_activation: str = "tanh"
+
+
+_DESCRIPTORS = {"rnn": SingleGateRNNDescriptor, "lstm": LSTMDescriptor, "gru": GRUDescriptor}
+
+
+def _descriptor(kind, descriptor):
+    cls = _DESCRIPTORS[kind]
+    if descriptor is None:
+        return cls()
+    if not isinstance(descriptor, cls):
+        raise TypeError(f"descriptor: expected {cls.__name__} or None, got "
+                        f"{type(descriptor).__name__}")
+    for flag in ("reverse", "bidirectional", "training"):
+        if not isinstance(getattr(descriptor, flag), (bool, np.bool_)):
+            raise TypeError(f"descriptor.{flag}: expected a bool, got "
+                            f"{getattr(descriptor, flag)!r}")
+    return descriptor
+
+
+def _cell(kind, desc) -> CellSpec:
+    """The engine's cell for a descriptor: canonical gate slots -> MPSGraph gate blocks."""
+    if kind == "rnn":
+        return CellSpec("rnn", (0,), (activation_code(desc.activation, "descriptor.activation"),))
+    if kind == "lstm":
+        names = ("input_gate_activation", "forget_gate_activation", "cell_gate_activation",
+                 "output_gate_activation")
+        acts = tuple(activation_code(getattr(desc, n), f"descriptor.{n}") for n in names)
+        blocks = (0, 2, 1, 3) if desc.forget_gate_last else (0, 1, 2, 3)   # slots i, f, g, o
+        return CellSpec("lstm", blocks, acts,
+                        cell_act=activation_code(desc.activation, "descriptor.activation"),
+                        peephole=PEEP_MPS)
+    names = ("update_gate_activation", "reset_gate_activation", "output_gate_activation")
+    acts = tuple(activation_code(getattr(desc, n), f"descriptor.{n}") for n in names)
+    blocks = (1, 0, 2) if desc.reset_gate_first else (0, 1, 2)             # slots z, r, o
+    return CellSpec("gru", blocks, acts, reset_after=bool(desc.reset_after),
+                    flip_z=bool(desc.flip_z))
+
+
+class _Layer:
+    """Shapes, device copies and the engine of one MPSGraph call (forward or gradients)."""
+
+    def __init__(self, kind, call: Call, desc, source, recurrent_weight, input_weight, bias,
+                 init_state, init_cell, mask, peephole, secondary_bias):
+        self.kind, self.call, self.desc = kind, call, desc
+        self.cell = _cell(kind, desc)
+        G = self.cell.G
+        D = 2 if desc.bidirectional else 1
+        check_rank("recurrent_weight", recurrent_weight, 3 if D == 2 else 2)
+        H = recurrent_weight.shape[-1]
+        if H < 1:
+            raise ShapeError(f"recurrent_weight: got shape {list(recurrent_weight.shape)}, the "
+                             "hidden size (last axis) must be at least 1")
+        check_shape("recurrent_weight", recurrent_weight, (2, G * H, H) if D == 2 else (G * H, H))
+        check_rank("source", source, 3)
+        T, N = source.shape[0], source.shape[1]
+        if input_weight is None:
+            check_shape("source", source, (T, N, D * G * H))
+            I = D * G * H
+        else:
+            I = source.shape[2]
+            check_shape("input_weight", input_weight, (D * G * H, I))
+        if bias is not None:
+            check_shape("bias", bias, (D * G * H,))
+        for name, a in (("init_state", init_state), ("init_cell", init_cell)):
+            if a is not None:
+                check_shape(name, a, (N, D * H))
+        if peephole is not None:
+            check_shape("peephole", peephole, (2, 4 * H) if D == 2 else (4 * H,))
+        if secondary_bias is not None:
+            check_shape("secondary_bias", secondary_bias, (D * H,))
+        self.T, self.N, self.I, self.H, self.D, self.G = T, N, I, H, D, G
+        self.rev_mask = 0b10 if D == 2 else int(bool(desc.reverse))
+
+        q = call
+        self.x = q.dev("source", source)
+        self.R = q.dev("recurrent_weight", recurrent_weight)
+        self.W = q.dev("input_weight", input_weight)
+        self.b = q.dev("bias", bias)
+        self.h0 = StateView(q.dev("init_state", init_state) if init_state is not None
+                            else q.zeros((N, D * H)), H, D * H)
+        self.c0 = None
+        if kind == "lstm":
+            self.c0 = StateView(q.dev("init_cell", init_cell) if init_cell is not None
+                                else q.zeros((N, D * H)), H, D * H)
+        self.peep = q.dev("peephole", peephole)
+        self.mask = self._mask(mask)
+        self.hb = None
+        if kind == "gru" and desc.reset_after and secondary_bias is not None:
+            # hidden-side bias [D][G*H]: b2 in the o block, zero elsewhere
+            self.hb = q.zeros((D, G * H))
+            b2 = q.dev("secondary_bias", secondary_bias)
+            o = self.cell.gate_blocks[2] * H
+            engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
+                         (D, 1, H))
+        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
+                              rev_mask=self.rev_mask, has_mask=self.mask is not None,
+                              has_hb=self.hb is not None, has_peep=self.peep is not None)
+
+    def _mask(self, mask):
+        if mask is None:
+            return None
+        full = (self.T, self.N, self.D * self.H)
+        host = self.call.host("mask", mask)
+        try:
+            host = np.broadcast_to(host, full)
+        except ValueError:
+            raise ShapeError(f"mask: got shape {list(host.shape)}, expected a shape "
+                             f"broadcastable to {list(full)}") from None
+        return self.call.dev("mask", np.ascontiguousarray(host))
+
+    def input_gates(self):
+        """gx = x W^T + b for every step, or the pre-projected source (+ b)."""
+        q, rows, width = self.call, self.T * self.N, self.D * self.G * self.H
+        if self.W is not None:
+            return engine.input_projection(q.device, q.dtype, self.x, rows, self.I, self.W, width,
+                                           self.b).reshape((self.T, self.N, width))
+        gx = self.x.copy()          # the engine overwrites gx with the saved gates
+        if self.b is not None:
+            engine.add_rows(q.device, q.dtype, gx, rows, width, self.b)
+        return gx
+
+    def forward(self):
+        gx = self.input_gates()
+        return self.rec.forward(gx, self.R, h0=self.h0, c0=self.c0, hb=self.hb, peep=self.peep,
+                                mask=self.mask)
+
+    def backward(self, fwd, source_gradient, state_gradient, cell_gradient):
+        q, T, N, D, H = self.call, self.T, self.N, self.D, self.H
+        dy = q.dev("source_gradient", source_gradient, (T, N, D * H))
+        dhn = q.dev("state_gradient", state_gradient, (N, D * H))
+        dcn = q.dev("cell_gradient", cell_gradient, (N, D * H))
+        dh0 = StateView(q.empty((N, D * H)), H, D * H)
+        dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.kind == "lstm" else None
+        grads = self.rec.backward(
+            fwd, self.R, h0=self.h0, c0=self.c0, dh0=dh0, dc0=dc0, hb=self.hb, peep=self.peep,
+            mask=self.mask, dy=dy, dhn=StateView(dhn, H, D * H) if dhn is not None else None,
+            dcn=StateView(dcn, H, D * H) if dcn is not None else None)
+        dR, _ = self.rec.recurrent_weight_gradient(fwd, grads, h0=self.h0, mask=self.mask)
+        rows, width = T * N, D * self.G * H
+        dx, dW, db = engine.input_gradients(
+            q.device, q.dtype, grads["dgx"], rows, width, self.x, self.I, self.W,
+            need_dw=self.W is not None, need_db=self.b is not None)
+        if self.W is None:
+            dx = grads["dgx"]
+        return dict(dx=dx, dR=dR, dW=dW, db=db, dh0=dh0.array,
+                    dc0=dc0.array if dc0 else None, dpeep=grads["dpeep"], grads=grads)
+
+    def saved_forward(self, z_state, y=None, cs=None):
+        """The engine's forward dict rebuilt from what the gradient ops receive."""
+        q, T, N, D, H, G = self.call, self.T, self.N, self.D, self.H, self.G
+        sav = q.dev("z_state", z_state, (T, N, D * G * H))
+        if y is None:
+            y = q.empty((T, N, D * H))
+            if y.size:
+                prog = engine.util_program(q.device, q.dtype)
+                if self.kind == "rnn":   # h = act(z)
+                    knl = prog.kernel("pyrnn_act_map")
+                    knl.set_args(y.base_data, sav.base_data, np.int32(self.cell.acts[0]))
+                    enqueue(q.queue, knl, (y.size,))
+                else:                    # LSTM: h = o * g(c)
+                    knl = prog.kernel("pyrnn_gate_act")
+                    knl.set_args(y.base_data, sav.base_data, cs.base_data, np.int32(H),
+                                 np.int32(G * H), np.int32(self.cell.gate_blocks[3] * H),
+                                 np.int32(self.cell.cell_act))
+                    enqueue(q.queue, knl, (H, D, T * N))
+        return {"sav": sav, "y": y, "cs": cs, "hs": None}
+
+
+def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, init_cell, mask,
+             peephole, secondary_bias, descriptor, device):
+    desc = _descriptor(kind, descriptor)
+    call = Call(dict(source=source, recurrent_weight=recurrent_weight, input_weight=input_weight,
+                     bias=bias, init_state=init_state, init_cell=init_cell, mask=mask,
+                     peephole=peephole, secondary_bias=secondary_bias), device)
+    layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
+                   init_cell, mask, peephole, secondary_bias)
+    fwd = layer.forward()
+    T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
+    outs = [call.out(fwd["y"], (T, N, D * H))]
+    if kind == "lstm" and (desc.training or desc.produce_cell):
+        outs.append(call.out(fwd["cs"], (T, N, D * H)))
+    if desc.training:
+        outs.append(call.out(fwd["sav"], (T, N, D * G * H)))
+    return outs
+
+
+def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq, input_weight,
+               bias, init_state, init_cell, mask, peephole, secondary_bias, state_gradient,
+               cell_gradient, descriptor, device):
+    desc = _descriptor(kind, descriptor)
+    call = Call(dict(source=source, recurrent_weight=recurrent_weight,
+                     source_gradient=source_gradient, z_state=z_state, fwd_seq=fwd_seq,
+                     input_weight=input_weight, bias=bias, init_state=init_state,
+                     init_cell=init_cell, mask=mask, peephole=peephole,
+                     secondary_bias=secondary_bias, state_gradient=state_gradient,
+                     cell_gradient=cell_gradient), device)
+    layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
+                   init_cell, mask, peephole, secondary_bias)
+    T, N, D, H = layer.T, layer.N, layer.D, layer.H
+    if kind == "lstm":
+        cs = call.dev("cell_output_fwd", fwd_seq, (T, N, D * H))
+        fwd = layer.saved_forward(z_state, cs=cs)
+    elif kind == "gru":
+        fwd = layer.saved_forward(z_state, y=call.dev("output_fwd", fwd_seq, (T, N, D * H)))
+    else:
+        fwd = layer.saved_forward(z_state)
+    g = layer.backward(fwd, source_gradient, state_gradient, cell_gradient)
+    res = [call.out(g["dx"], tuple(source.shape)),
+           call.out(g["dR"], tuple(recurrent_weight.shape))]
+    if input_weight is not None:
+        res.append(call.out(g["dW"], tuple(input_weight.shape)))
+    if bias is not None:
+        res.append(call.out(g["db"], tuple(bias.shape)))
+    if kind == "lstm" and peephole is not None:
+        res.append(call.out(g["dpeep"], tuple(peephole.shape)))
+    if init_state is not None:
+        res.append(call.out(g["dh0"], tuple(init_state.shape)))
+    if kind == "lstm" and init_cell is not None:
+        res.append(call.out(g["dc0"], tuple(init_cell.shape)))
+    if kind == "gru" and secondary_bias is not None:
+        res.append(call.out(_secondary_bias_gradient(layer, g["grads"]),
+                            tuple(secondary_bias.shape)))
+    return res
+
+
+def _secondary_bias_gradient(layer, grads):
+    """d b2 = sum over steps and rows of the o block's hidden-side gradient (reset-after only;
+    b2 does not enter a reset-before GRU)."""
+    from .gemm import sum_rows
+
+    q, D, H, GH = layer.call, layer.D, layer.H, layer.G * layer.H
+    out = q.zeros((D * H,))
+    if layer.desc.reset_after and layer.T * layer.N:
+        o = layer.cell.gate_blocks[2] * H
+        sum_rows(q.device, q.dtype, layer.T * layer.N, H, grads["dgh"], out, a_offset=o,
+                 lda=D * GH, batch=D, stride_a=GH, stride_out=H)
+    return out
+
+
+def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
+                    mask=None, *, descriptor=None, device=None):
+    """Single-gate RNN layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
+    return _forward("rnn", source, recurrent_weight, input_weight, bias, init_state, None, mask,
+                    None, None, descriptor, device)
+
+
+def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state,
+                              input_weight=None, bias=None, init_state=None, mask=None,
+                              state_gradient=None, *, descriptor=None, device=None):
+    """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_init_state]``, the
+    entries of inputs passed as ``None`` omitted. ``source_gradient`` is dL/dh for every step,
+    ``state_gradient`` dL/d(final h) (``[N, H]`` or ``[N, 2H]``)."""
+    return _gradients("rnn", source, recurrent_weight, source_gradient, z_state, None,
+                      input_weight, bias, init_state, None, mask, None, None, state_gradient,
+                      None, descriptor, device)
+
+
+def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None, init_cell=None,
+         mask=None, peephole=None, *, descriptor=None, device=None):
+    """LSTM layer: ``[h]``, then the cell sequence ``c`` when ``training or produce_cell``, then
+    ``z_state`` when ``training``."""
+    return _forward("lstm", source, recurrent_weight, input_weight, bias, init_state, init_cell,
+                    mask, peephole, None, descriptor, device)
+
+
+def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_output_fwd,
+                   input_weight=None, bias=None, init_state=None, init_cell=None, mask=None,
+                   peephole=None, state_gradient=None, cell_gradient=None, *, descriptor=None,
+                   device=None):
+    """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_peephole,
+    d_init_state, d_init_cell]`` (entries of ``None`` inputs omitted). ``cell_output_fwd`` is
+    the forward's cell sequence; ``cell_gradient`` is dL/d(final c)."""
+    return _gradients("lstm", source, recurrent_weight, source_gradient, z_state,
+                      cell_output_fwd, input_weight, bias, init_state, init_cell, mask, peephole,
+                      None, state_gradient, cell_gradient, descriptor, device)
+
+
+def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None, mask=None,
+        secondary_bias=None, *, descriptor=None, device=None):
+    """GRU layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
+    return _forward("gru", source, recurrent_weight, input_weight, bias, init_state, None, mask,
+                    None, secondary_bias, descriptor, device)
+
+
+def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd,
+                  input_weight=None, bias=None, init_state=None, mask=None, secondary_bias=None,
+                  state_gradient=None, *, descriptor=None, device=None):
+    """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_init_state,
+    d_secondary_bias]`` (entries of ``None`` inputs omitted); ``output_fwd`` is the forward
+    ``h``."""
+    return _gradients("gru", source, recurrent_weight, source_gradient, z_state, output_fwd,
+                      input_weight, bias, init_state, None, mask, None, secondary_bias,
+                      state_gradient, None, descriptor, device)
+
