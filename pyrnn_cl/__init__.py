@@ -11,6 +11,9 @@ The device layer is :mod:`pyrnn_cl.devices` (also ``pyrnn_cl.devices`` right aft
 
 from . import devices
 from ._version import __version__
+from .cudnn import (cudnn_rnn, cudnn_rnn_backprop, cudnn_rnn_canonical_to_params,
+                    cudnn_rnn_params_size, cudnn_rnn_params_to_canonical,
+                    cudnn_rnn_reserve_space_size)
 from .errors import BuildError, DeviceNotFoundError, ShapeError, UnsupportedError
 from .mps import (GRUDescriptor, LSTMDescriptor, SingleGateRNNDescriptor, gru, gru_gradients,
                   lstm, lstm_gradients, single_gate_rnn, single_gate_rnn_gradients)
@@ -20,4 +23,6 @@ __all__ = [
     "UnsupportedError",
     "SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
     "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients",
+    "cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params", "cudnn_rnn_params_to_canonical",
+    "cudnn_rnn", "cudnn_rnn_backprop", "cudnn_rnn_reserve_space_size",
 ]

@@ -1,0 +1,579 @@
+r"""cuDNN dialect (API.md §3, semantics.md §4): the fused multi-layer ``CudnnRNNV3`` op, its
+backprop, and the conversions between the flat ``params`` buffer and the canonical form.
+
+Per layer ``l`` and direction ``d`` (gate ``g`` as in PyTorch's chunks, double biases):
+
+.. math::
+
+    gx_g = x_t W_g^T + bW_g \quad(\text{skip\_input, layer 0: } gx_g = x_t + bW_g),\qquad
+    gh_g = h_{t-1} R_g^T + bR_g
+
+* ``rnn_relu`` / ``rnn_tanh``: :math:`h_t = act(gx + gh)`;
+* ``lstm`` (i, f, g, o): :math:`i, f, o = \sigma(gx + gh)`, :math:`g = \tanh(gx_g + gh_g)`,
+  :math:`c_t = f \odot c_{t-1} + i \odot g`, :math:`h_t = o \odot \tanh(c_t)`; with
+  ``num_proj`` the emitted and recurrent state is :math:`r_t = h_t W_{proj}^T`;
+* ``gru`` (r, z, n): :math:`r, z = \sigma(gx + gh)`, :math:`n = \tanh(gx_n + r \odot gh_n)`,
+  :math:`h_t = (1 - z) \odot n + z \odot h_{t-1}`.
+
+Layer ``l + 1`` reads layer ``l``'s output ``[T, N, D·R]`` (forward | backward units), after
+inter-layer dropout in training. ``sequence_lengths``: steps ``t ≥ len`` output 0 and leave the
+state alone; the reverse direction starts at each row's own last step.
+
+Everything runs on the generic engine (:class:`pyrnn_cl.engine.Recurrence`), one call per layer
+with both directions in one launch per step. The cuDNN cells map onto it as: RNN one gate; LSTM
+canonical slots (i, f, g, o) = blocks (0, 1, 2, 3); GRU canonical (z, r, o) = PyTorch blocks
+(1, 0, 2) with reset-after and ``h = z h + (1 - z) o``; ``bW`` enters through the input
+projection and ``bR`` as the engine's hidden-side bias ``hb`` for every mode. Offsets into
+``params``, the states, ``reserve_space`` and ``host_reserved`` are in :mod:`pyrnn_cl.layout`.
+
+Dropout (semantics.md §4.5): each non-last layer's output is multiplied, before it feeds the
+next layer, by a mask of kept values ``1/(1-p)`` and zeros drawn from Philox4x32-10 keyed by
+``(seed, seed2) mod 2^32`` with counter (layer, t, n, unit) (``cl/dropout.cl``): reproducible on
+every device, no state between calls, regenerated in backprop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from . import engine
+from ._arrays import Call, check_choice, check_float, check_int, check_rank, check_shape, is_array
+from .cells import ACTIVATIONS, CellSpec
+from .engine import Recurrence, StateView
+from .errors import ShapeError
+from .gemm import gemm, sum_rows
+from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, CudnnLayout,
+                     host_signature, make_layout, swap01_strides)
+from .programs import enqueue, get_program
+from .sources import dtype_code
+
+__all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
+           "cudnn_rnn_params_to_canonical", "cudnn_rnn", "cudnn_rnn_backprop",
+           "cudnn_rnn_reserve_space_size"]
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _cell(mode) -> CellSpec:
+    """The engine cell of an ``rnn_mode`` (canonical slots -> PyTorch gate blocks)."""
+    A = ACTIVATIONS
+    if mode in ("rnn_relu", "rnn_tanh"):
+        return CellSpec("rnn", (0,), (A["relu"] if mode == "rnn_relu" else A["tanh"],))
+    if mode == "lstm":          # slots i, f, g, o = PyTorch chunks i, f, g, o
+        return CellSpec("lstm", (0, 1, 2, 3), (A["sigmoid"], A["sigmoid"], A["tanh"],
+                                               A["sigmoid"]))
+    # slots z, r, o = PyTorch chunks (r, z, n) -> blocks (1, 0, 2)
+    return CellSpec("gru", (1, 0, 2), (A["sigmoid"], A["sigmoid"], A["tanh"]), reset_after=True,
+                    flip_z=True)
+
+
+# ---- sizes and conversions ------------------------------------------------------------------
+
+def cudnn_rnn_params_size(num_layers, num_units, input_size, *, rnn_mode="lstm",
+                          input_mode="linear_input", direction="unidirectional", num_proj=0):
+    r"""Length of the flat ``params``:
+    :math:`\sum_l D\,[G H\,in_l + G H R + P H + 2 G H]` (no ``G H in_0`` with skip_input) —
+    PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``."""
+    return make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
+                       input_mode=input_mode, direction=direction, num_proj=num_proj).size
+
+
+def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, batch_size, *,
+                                 rnn_mode="lstm", input_mode="linear_input",
+                                 direction="unidirectional", dropout=0.0, seed=0, seed2=0,
+                                 num_proj=0, time_major=True, is_training=True):
+    r"""Elements (of the op's dtype) of the ``reserve_space`` that :func:`cudnn_rnn` returns for
+    these sizes, known before anything is allocated:
+    :math:`L\,T\,N\,D\,(G H + R + [\text{lstm}]\,H + [P > 0]\,H)`, 0 when not training
+    (layout in :mod:`pyrnn_cl.layout`). ``dropout``, the seeds and ``time_major`` do not change
+    it."""
+    lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
+                      input_mode=input_mode, direction=direction, num_proj=num_proj)
+    T = check_int("seq_length", seq_length, 0)
+    N = check_int("batch_size", batch_size, 0)
+    check_float("dropout", dropout, 0.0, 1.0)
+    check_int("seed", seed)
+    check_int("seed2", seed2)
+    return lay.reserve_size(T, N) if is_training else 0
+
+
+def _dtype_of(named):
+    """The one float dtype of ``named`` ((name, array) pairs; TypeError naming the culprit)."""
+    dtype = first = None
+    for name, a in named:
+        if not is_array(a):
+            raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
+                            f"{type(a).__name__}")
+        dt = np.dtype(a.dtype)
+        if dt not in _FLOATS:
+            raise TypeError(f"{name}: got dtype {dt}, expected float32 or float64")
+        if dtype is None:
+            dtype, first = dt, name
+        elif dt != dtype:
+            raise TypeError(f"{name}: got dtype {dt}, but {first} is {dtype}; all arrays of one "
+                            "call must share one dtype")
+    return dtype
+
+
+def _copy(queue, dst, dst_off, src, src_off, count):
+    """Copy ``count`` elements between device arrays (element offsets, added to the arrays'
+    own offsets)."""
+    if count <= 0:
+        return
+    isz = dst.dtype.itemsize
+    cl.enqueue_copy(queue, dst.base_data, src.base_data, byte_count=count * isz,
+                    src_offset=src.offset + src_off * isz, dst_offset=dst.offset + dst_off * isz)
+
+
+def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, biases, *,
+                                  rnn_mode="lstm", input_mode="linear_input",
+                                  direction="unidirectional", num_proj=0, device=None):
+    """Flat ``params`` from the canonical ``weights`` and ``biases`` lists (TF's order, API.md §3;
+    PyTorch's ``weight_ih_l{l}.chunk(G)`` etc.). NumPy in, NumPy out (no device needed);
+    device arrays in, a device array out."""
+    lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
+                      input_mode=input_mode, direction=direction, num_proj=num_proj)
+    wspec, bspec = lay.canonical()
+    named = []
+    for kind, arrays, spec in (("weights", weights, wspec), ("biases", biases, bspec)):
+        if is_array(arrays) or not hasattr(arrays, "__len__"):
+            raise TypeError(f"{kind}: expected a list of {len(spec)} arrays, got "
+                            f"{type(arrays).__name__}")
+        arrays = list(arrays)
+        if len(arrays) != len(spec):
+            raise ValueError(f"{kind}: got {len(arrays)} arrays, expected {len(spec)} for "
+                             f"num_layers={lay.L}, rnn_mode={lay.mode!r}, D={lay.D}, "
+                             f"skip_input={lay.skip}, num_proj={lay.P}")
+        named += [(f"{kind}[{i}]", a, off, shape) for i, (a, (off, shape))
+                  in enumerate(zip(arrays, spec))]
+    dtype = _dtype_of([(n, a) for n, a, _, _ in named])
+    for name, a, _, shape in named:
+        check_shape(name, a, shape)
+    if isinstance(named[0][1], np.ndarray):
+        params = np.empty(lay.size, dtype)
+        for _, a, off, shape in named:
+            host = a.get() if isinstance(a, cla.Array) else a
+            params[off:off + host.size] = np.asarray(host).reshape(-1)
+        return params
+    call = Call({n: a for n, a, _, _ in named}, device)
+    params = call.empty((lay.size,))
+    for name, a, off, _ in named:
+        _copy(call.queue, params, off, call.dev(name, a), 0, a.size)
+    return params
+
+
+def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, rnn_mode="lstm",
+                                  input_mode="linear_input", direction="unidirectional",
+                                  num_proj=0, device=None):
+    """``(weights, biases)`` lists (canonical order, fresh copies) from the flat ``params``;
+    the exact inverse of :func:`cudnn_rnn_canonical_to_params`."""
+    lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
+                      input_mode=input_mode, direction=direction, num_proj=num_proj)
+    _dtype_of([("params", params)])
+    check_rank("params", params, 1)
+    if params.shape[0] != lay.size:
+        raise ShapeError(f"params: got {params.shape[0]} elements, expected {lay.size} "
+                         f"(cudnn_rnn_params_size for these arguments)")
+    wspec, bspec = lay.canonical()
+    if isinstance(params, np.ndarray):
+        return ([params[o:o + math.prod(s)].reshape(s).copy() for o, s in wspec],
+                [params[o:o + math.prod(s)].reshape(s).copy() for o, s in bspec])
+    call = Call({"params": params}, device)
+    p = call.dev("params", params)
+
+    def take(off, shape):
+        out = call.empty(shape)
+        _copy(call.queue, out, 0, p, off, math.prod(shape))
+        return out
+
+    return [take(o, s) for o, s in wspec], [take(o, s) for o, s in bspec]
+
+
+# ---- the op ---------------------------------------------------------------------------------
+
+class _Net:
+    """Validated sizes, device inputs and per-layer pieces of one cudnn_rnn(_backprop) call."""
+
+    def __init__(self, arrays, attrs, device, *, training):
+        mode = check_choice("rnn_mode", attrs["rnn_mode"], RNN_MODES)
+        check_choice("input_mode", attrs["input_mode"], INPUT_MODES)
+        check_choice("direction", attrs["direction"], DIRECTIONS)
+        self.dropout = check_float("dropout", attrs["dropout"], 0.0, 1.0)
+        self.seed = check_int("seed", attrs["seed"])
+        self.seed2 = check_int("seed2", attrs["seed2"])
+        self.time_major = bool(attrs["time_major"])
+        self.lstm = mode == "lstm"
+        if self.lstm and arrays.get("input_c") is None:
+            raise ValueError("input_c: required for rnn_mode='lstm' (got None)")
+        if not self.lstm:   # other modes ignore every c-state argument
+            for name in ("input_c", "output_c", "output_c_backprop"):
+                arrays.pop(name, None)
+        self.call = call = Call(arrays, device)
+        x, h0, params = arrays["input"], arrays["input_h"], arrays["params"]
+        D = 2 if attrs["direction"] == "bidirectional" else 1
+        check_rank("input", x, 3)
+        check_rank("input_h", h0, 3)
+        T, N = (x.shape[0], x.shape[1]) if self.time_major else (x.shape[1], x.shape[0])
+        LD = h0.shape[0]
+        if LD == 0 or LD % D:
+            raise ShapeError(f"input_h: got shape {list(h0.shape)}, expected [L*D, N, R] with "
+                             f"L*D a positive multiple of D={D}")
+        L = LD // D
+        if self.lstm:
+            c0 = arrays["input_c"]
+            check_rank("input_c", c0, 3)
+            H = c0.shape[2]
+        else:
+            H = h0.shape[2]
+        if H < 1:
+            raise ShapeError(f"{'input_c' if self.lstm else 'input_h'}: got shape "
+                             f"{list((arrays['input_c'] if self.lstm else h0).shape)}; the "
+                             "number of units (last axis) must be at least 1")
+        I = x.shape[2]
+        self.lay = lay = make_layout(L, H, I, rnn_mode=mode, input_mode=attrs["input_mode"],
+                                     direction=attrs["direction"], num_proj=attrs["num_proj"])
+        K = lay.R
+        check_shape("input_h", h0, (LD, N, K))
+        if self.lstm:
+            check_shape("input_c", arrays["input_c"], (LD, N, H))
+        check_rank("params", params, 1)
+        if params.shape[0] != lay.size:
+            raise ShapeError(f"params: got {params.shape[0]} elements, expected {lay.size} "
+                             f"(cudnn_rnn_params_size({L}, {H}, {I}, rnn_mode={mode!r}, "
+                             f"input_mode={attrs['input_mode']!r}, "
+                             f"direction={attrs['direction']!r}, num_proj={lay.P}))")
+        self.T, self.N, self.L, self.H, self.I, self.D, self.K = T, N, L, H, I, D, K
+        self.G, self.GH = lay.G, lay.GH
+        self.lens = None
+        if attrs.get("sequence_lengths") is not None:
+            lens = call.lengths("sequence_lengths", attrs["sequence_lengths"], N, T)
+            host = call.host("sequence_lengths", attrs["sequence_lengths"])
+            if not np.all(np.asarray(host) == T):
+                self.lens = lens
+        self.training = bool(training)
+        self.drop = self.training and self.dropout > 0 and L > 1
+        self.dev, self.dt, self.q = call.device, call.dtype, call.queue
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    @property
+    def empty_run(self):
+        return self.T == 0 or self.N == 0
+
+    def seq_to_time_major(self, name, a, width):
+        """A ``[T][N][width]`` device copy of a sequence argument in the call's layout."""
+        T, N = self.T, self.N
+        if self.time_major:
+            return self.call.dev(name, a, (T, N, width))
+        src = self.call.dev(name, a, (N, T, width))
+        out = self.call.empty((T, N, width))
+        ds, ss = swap01_strides(N, T, width)
+        engine.copy3(self.dev, self.dt, out, 0, ds, src, 0, ss, (N, T, width))
+        return out
+
+    def seq_out(self, a, width):
+        """A time-major ``[T][N][width]`` result in the call's layout and kind."""
+        T, N = self.T, self.N
+        if self.time_major:
+            return self.call.out(a, (T, N, width))
+        out = self.call.empty((N, T, width))
+        ds, ss = swap01_strides(T, N, width)
+        engine.copy3(self.dev, self.dt, out, 0, ds, a, 0, ss, (T, N, width))
+        return self.call.out(out)
+
+    def layer_state(self, full, l, width):
+        """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state."""
+        out = self.call.empty((self.D, self.N, width))
+        _copy(self.q, out, 0, full, self.lay.state_offset(l, self.N, width),
+              self.D * self.N * width)
+        return out
+
+    def put_state(self, full, l, part, width):
+        _copy(self.q, full, self.lay.state_offset(l, self.N, width), part, 0,
+              self.D * self.N * width)
+
+    def view(self, a, width):
+        return StateView(a, self.N * width, width)
+
+    def gather(self, params, off, l, per_dir):
+        """``[D][per_dir]`` from the runs of ``params`` at ``off`` in each pseudo-layer of ``l``."""
+        out = self.call.empty((self.D * per_dir,))
+        engine.copy3(self.dev, self.dt, out, 0, (per_dir, 0, 1), params, off,
+                     (self.lay.pseudo_size(l), 0, 1), (self.D, 1, per_dir))
+        return out
+
+    def scatter(self, dparams, off, l, src, per_dir):
+        """The inverse of :meth:`gather`, into a gradient buffer in the params layout."""
+        engine.copy3(self.dev, self.dt, dparams, off, (self.lay.pseudo_size(l), 0, 1), src, 0,
+                     (per_dir, 0, 1), (self.D, 1, per_dir))
+
+    def weights(self, params, l):
+        """Engine tensors of layer ``l``: ``R [D][G·H][K]``, ``hb [D][G·H]``, ``bW [D·G·H]``
+        and ``w_proj [D][P][H]`` (or None)."""
+        lay, GH, K = self.lay, self.GH, self.K
+        R = self.gather(params, lay.off_r(l, 0), l, GH * K).reshape((self.D, GH, K))
+        hb = self.gather(params, lay.off_br(l, 0), l, GH).reshape((self.D, GH))
+        bw = self.gather(params, lay.off_bw(l, 0), l, GH)
+        wp = None
+        if lay.P:
+            wp = self.gather(params, lay.off_proj(l, 0), l, lay.P * self.H).reshape(
+                (self.D, lay.P, self.H))
+        return R, hb, bw, wp
+
+    def input_gates(self, params, l, x, bw):
+        r"""``gx [T][N][D][G][H] = x W_l^T + bW`` with both directions' ``W`` read from
+        ``params`` in place (one GEMM per direction); skip_input: x broadcast over the gates."""
+        lay, T, N, D, H, GH = self.lay, self.T, self.N, self.D, self.H, self.GH
+        rows = T * N
+        gx = self.call.empty((T, N, D * GH))
+        if lay.has_w(l):
+            n_in = lay.in_size(l)
+            for d in range(D):
+                gemm(self.dev, self.dt, rows, GH, n_in, x, params, gx, trans_b=True,
+                     b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH)
+        else:
+            engine.copy3(self.dev, self.dt, gx, 0, (D * GH, H, 1), x, 0, (H, 0, 1),
+                         (rows, D * self.G, H))
+        engine.add_rows(self.dev, self.dt, gx, rows, D * GH, bw)
+        return gx
+
+    def recurrence(self):
+        return Recurrence(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N, H=self.H,
+                          D=self.D, P=self.lay.P, rev_mask=0b10 if self.D == 2 else 0,
+                          has_len=self.lens is not None, has_hb=True)
+
+    def apply_dropout(self, src, l, dst=None):
+        """``dst = src ⊙ mask_l`` (kept values scaled by 1/(1-p)); ``l`` = the layer whose
+        output ``src`` ``[T][N][D·K]`` is."""
+        T, N, W = self.T, self.N, self.D * self.K
+        if dst is None:
+            dst = self.call.empty((T, N, W))
+        p = self.dropout
+        thr = min(1 << 32, math.ceil(p * 2.0 ** 32))
+        scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+        prog = get_program(self.dev, "dropout.cl", {"PYRNN_DTYPE": dtype_code(self.dt)})
+        knl = prog.kernel("pyrnn_dropout")
+        knl.set_args(dst.base_data, src.base_data, np.int32(N), np.int32(W),
+                     np.uint32(self.seed & 0xFFFFFFFF), np.uint32(self.seed2 & 0xFFFFFFFF),
+                     np.uint32(l), np.uint64(thr), self.dt.type(scale))
+        enqueue(self.q, knl, ((W + 3) // 4, N, T))
+        return dst
+
+    def signature(self):
+        return host_signature(self.lay, self.dt.itemsize, self.drop, self.dropout, self.seed,
+                              self.seed2)
+
+
+def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major,
+           sequence_lengths):
+    return dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout,
+                seed=seed, seed2=seed2, num_proj=num_proj, time_major=time_major,
+                sequence_lengths=sequence_lengths)
+
+
+def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mode="lstm",
+              input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
+              seed2=0, num_proj=0, time_major=True, is_training=True, device=None):
+    """Forward of the fused multi-layer RNN (``CudnnRNNV3``; module docstring for the maths).
+
+    Returns ``(output, output_h, output_c, reserve_space, host_reserved)``: ``output``
+    ``[T, N, D·R]`` (``[N, T, D·R]`` batch-major), ``output_h`` ``[L·D, N, R]``, ``output_c``
+    ``[L·D, N, H]`` (LSTM; an empty array otherwise), and with ``is_training`` the
+    ``reserve_space`` (1-D, this dtype) and ``host_reserved`` (int8) that
+    :func:`cudnn_rnn_backprop` needs (both empty when not training). Layouts:
+    :mod:`pyrnn_cl.layout`; size: :func:`cudnn_rnn_reserve_space_size`.
+    """
+    net = _Net(dict(input=input, input_h=input_h, input_c=input_c, params=params),
+               _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                      time_major, sequence_lengths), device, training=is_training)
+    call, lay = net.call, net.lay
+    T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
+    h0_all = call.dev("input_h", input_h)
+    c0_all = call.dev("input_c", input_c) if net.lstm else None
+    out_h = call.empty((L * D, N, K))
+    out_c = call.empty((L * D, N, H)) if net.lstm else call.empty((0,))
+    res_size = lay.reserve_size(T, N) if net.training else 0
+    reserve = call.empty((res_size,))
+    if net.empty_run:
+        y = call.zeros((T, N, D * K))
+        _copy(net.q, out_h, 0, h0_all, 0, out_h.size)
+        if net.lstm:
+            _copy(net.q, out_c, 0, c0_all, 0, out_c.size)
+    else:
+        params_d = call.dev("params", params)
+        x = net.seq_to_time_major("input", input, net.I)
+        rec = net.recurrence()
+        parts = lay.reserve_parts(T, N)
+        for l in range(L):
+            R, hb, bw, wp = net.weights(params_d, l)
+            gx = net.input_gates(params_d, l, x, bw)
+            h0 = net.layer_state(h0_all, l, K)
+            c0 = net.layer_state(c0_all, l, H) if net.lstm else None
+            fwd = rec.forward(gx, R, h0=net.view(h0, K), c0=net.view(c0, H) if net.lstm else None,
+                              hb=hb, lens=net.lens, w_proj=wp)
+            hn = call.empty((D, N, K))
+            rec.final_state(fwd["y"], K, net.view(h0, K), net.view(hn, K), net.lens)
+            net.put_state(out_h, l, hn, K)
+            if net.lstm:
+                cn = call.empty((D, N, H))
+                rec.final_state(fwd["cs"], H, net.view(c0, H), net.view(cn, H), net.lens)
+                net.put_state(out_c, l, cn, H)
+            if net.training:
+                for name, (off, size) in parts[l].items():
+                    _copy(net.q, reserve, off, fwd[name], 0, size)
+            y = fwd["y"]
+            if l < L - 1:
+                x = net.apply_dropout(y, l) if net.drop else y
+    host = net.signature() if net.training else np.zeros(0, np.int8)
+    if not call.numpy_out:
+        host = cla.to_device(net.q, host) if host.size else cla.empty(net.q, (0,), np.int8)
+    return (net.seq_out(y, D * K), call.out(out_h), call.out(out_c), call.out(reserve), host)
+
+
+def _check_host_reserved(net, host_reserved, reserve_space):
+    """ValueError unless ``host_reserved``/``reserve_space`` come from a matching training
+    forward."""
+    if host_reserved is None or reserve_space is None or np.size(host_reserved) == 0:
+        raise ValueError("reserve_space: empty; it comes from a forward with "
+                         "is_training=False, which saves nothing for backprop (run cudnn_rnn "
+                         "with is_training=True)")
+    if not is_array(host_reserved):
+        raise TypeError(f"host_reserved: expected an int8 numpy.ndarray or pyopencl.array.Array, "
+                        f"got {type(host_reserved).__name__}")
+    host = host_reserved.get() if isinstance(host_reserved, cla.Array) else host_reserved
+    host = np.asarray(host)
+    if host.dtype.kind not in "iu":
+        raise TypeError(f"host_reserved: got dtype {host.dtype}, expected int8")
+    want = net.signature()
+    if host.shape != (HOST_RESERVED_SIZE,) or not np.array_equal(host.astype(np.int64),
+                                                                 want.astype(np.int64)):
+        raise ValueError("host_reserved: does not match this call; rnn_mode, input_mode, "
+                         "direction, num_proj, the dtype, dropout, seed and seed2 must be those "
+                         "of the forward call that produced reserve_space")
+    check_rank("reserve_space", reserve_space, 1)
+    size = net.lay.reserve_size(net.T, net.N)
+    if reserve_space.shape[0] != size:
+        raise ShapeError(f"reserve_space: got {reserve_space.shape[0]} elements, expected {size} "
+                         f"for T={net.T}, N={net.N}, num_layers={net.L}, num_units={net.H}")
+
+
+def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h,
+                       output_c, output_backprop, output_h_backprop, output_c_backprop,
+                       reserve_space, host_reserved, *, rnn_mode="lstm",
+                       input_mode="linear_input", direction="unidirectional", dropout=0.0,
+                       seed=0, seed2=0, num_proj=0, time_major=True, device=None):
+    """Backprop of :func:`cudnn_rnn` (``CudnnRNNBackpropV3``) for the loss
+    ``Σ output ⊙ output_backprop + Σ output_h ⊙ output_h_backprop + Σ output_c ⊙
+    output_c_backprop``; each upstream gradient may be ``None`` (zero).
+
+    Returns ``(input_backprop, input_h_backprop, input_c_backprop, params_backprop)`` shaped
+    like ``input``, ``input_h``, ``input_c`` (an empty array for non-LSTM modes) and ``params``
+    (same flat layout). ``output_backprop`` past each sequence length is ignored and
+    ``input_backprop`` is 0 there. ``reserve_space``/``host_reserved`` are read, never changed:
+    repeated calls give identical results. ``output``, ``output_h``, ``output_c`` are only
+    shape-checked (everything needed is in ``reserve_space``).
+    """
+    net = _Net(dict(input=input, input_h=input_h, input_c=input_c, params=params, output=output,
+                    output_h=output_h, output_c=output_c, output_backprop=output_backprop,
+                    output_h_backprop=output_h_backprop, output_c_backprop=output_c_backprop,
+                    reserve_space=reserve_space),
+               _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                      time_major, sequence_lengths), device, training=True)
+    call, lay = net.call, net.lay
+    T, N, L, D, H, K, GH = net.T, net.N, net.L, net.D, net.H, net.K, net.GH
+    seq_shape = (T, N, D * K) if net.time_major else (N, T, D * K)
+    for name, a, shape in (("output", output, seq_shape), ("output_h", output_h, (L * D, N, K)),
+                           ("output_backprop", output_backprop, seq_shape),
+                           ("output_h_backprop", output_h_backprop, (L * D, N, K))):
+        if a is not None:
+            check_shape(name, a, shape)
+    if net.lstm:
+        for name, a in (("output_c", output_c), ("output_c_backprop", output_c_backprop)):
+            if a is not None:
+                check_shape(name, a, (L * D, N, H))
+    _check_host_reserved(net, host_reserved, reserve_space)
+
+    dparams = call.zeros((lay.size,))
+    dh0_all = call.zeros((L * D, N, K))
+    dc0_all = call.zeros((L * D, N, H)) if net.lstm else call.empty((0,))
+    dhn_all = call.dev("output_h_backprop", output_h_backprop)
+    dcn_all = call.dev("output_c_backprop", output_c_backprop) if net.lstm else None
+    if net.empty_run:
+        dx = call.zeros((T, N, net.I))
+        if dhn_all is not None:
+            _copy(net.q, dh0_all, 0, dhn_all, 0, dh0_all.size)
+        if dcn_all is not None:
+            _copy(net.q, dc0_all, 0, dcn_all, 0, dc0_all.size)
+        return (net.seq_out(dx, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))
+
+    params_d = call.dev("params", params)
+    res = call.dev("reserve_space", reserve_space)
+    h0_all = call.dev("input_h", input_h)
+    c0_all = call.dev("input_c", input_c) if net.lstm else None
+    x0 = net.seq_to_time_major("input", input, net.I)
+    dy = (net.seq_to_time_major("output_backprop", output_backprop, D * K)
+          if output_backprop is not None else None)
+    rec = net.recurrence()
+    parts = lay.reserve_parts(T, N)
+    widths = {"sav": D * GH, "y": D * K, "cs": D * H, "hs": D * H}
+
+    def saved(l, name):
+        off, size = parts[l][name]
+        out = call.empty((T, N, widths[name]))
+        _copy(net.q, out, 0, res, off, size)
+        return out
+
+    rows = T * N
+    for l in range(L - 1, -1, -1):
+        R, hb, bw, wp = net.weights(params_d, l)
+        fwd = {name: saved(l, name) for name in parts[l]}
+        fwd.setdefault("cs", None)
+        fwd.setdefault("hs", None)
+        if l == 0:
+            x = x0
+        else:
+            x = saved(l - 1, "y")
+            if net.drop:
+                net.apply_dropout(x, l - 1, dst=x)
+        if l < L - 1 and net.drop:
+            net.apply_dropout(dy, l, dst=dy)       # the gradient through layer l's dropout
+        h0 = net.layer_state(h0_all, l, K)
+        c0 = net.layer_state(c0_all, l, H) if net.lstm else None
+        dh0 = call.empty((D, N, K))
+        dc0 = call.empty((D, N, H)) if net.lstm else None
+        dhn = net.layer_state(dhn_all, l, K) if dhn_all is not None else None
+        dcn = net.layer_state(dcn_all, l, H) if dcn_all is not None else None
+        grads = rec.backward(
+            fwd, R, h0=net.view(h0, K), c0=net.view(c0, H) if c0 is not None else None,
+            dh0=net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None, hb=hb,
+            lens=net.lens, w_proj=wp, dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
+            dcn=net.view(dcn, H) if dcn is not None else None)
+        dR, dwp = rec.recurrent_weight_gradient(fwd, grads, h0=net.view(h0, K), lens=net.lens)
+        net.scatter(dparams, lay.off_r(l, 0), l, dR, GH * K)
+        if dwp is not None:
+            net.scatter(dparams, lay.off_proj(l, 0), l, dwp, lay.P * H)
+        stride = lay.pseudo_size(l)
+        for key, off in (("dgx", lay.off_bw(l, 0)), ("dgh", lay.off_br(l, 0))):
+            sum_rows(net.dev, net.dt, rows, GH, grads[key], dparams, lda=D * GH, out_offset=off,
+                     batch=D, stride_a=GH, stride_out=stride)
+        dgx = grads["dgx"]
+        dx = call.empty((T, N, lay.in_size(l)))
+        if lay.has_w(l):
+            n_in = lay.in_size(l)
+            for d in range(D):
+                gemm(net.dev, net.dt, GH, n_in, rows, dgx, x, dparams, trans_a=True,
+                     a_offset=d * GH, lda=D * GH, c_offset=lay.off_w(l, d), ldc=n_in)
+                gemm(net.dev, net.dt, rows, n_in, GH, dgx, params_d, dx, a_offset=d * GH,
+                     lda=D * GH, b_offset=lay.off_w(l, d), ldb=n_in, beta=float(d > 0))
+        else:   # skip_input: dx = sum of the gate gradients of every direction and gate
+            sum_rows(net.dev, net.dt, D * net.G, H, dgx, dx, batch=rows, stride_a=D * GH,
+                     stride_out=H)
+        net.put_state(dh0_all, l, dh0, K)
+        if net.lstm:
+            net.put_state(dc0_all, l, dc0, H)
+        dy = dx
+    return (net.seq_out(dy, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))

@@ -1,0 +1,252 @@
+r"""Layout arithmetic: every offset into the cuDNN dialect's flat buffers, in one place.
+
+Nothing here touches a device; :mod:`pyrnn_cl.cudnn` turns these offsets into copies, GEMMs and
+kernel arguments. Engine buffers (``gx``, ``y``, ``cs``, ``R``, states) are described in
+``cl/recurrence.cl``; the cuDNN dialect's own buffers are:
+
+**params** (API.md §3, semantics.md §4.3). ``L`` layers of ``D`` directions give ``L·D``
+*pseudo-layers* ``k = l·D + d`` (forward direction first). Pseudo-layer ``k`` of layer ``l`` holds,
+flattened row-major and in this order::
+
+    W_0 .. W_{G-1}     [H, in_l]   input weights (absent for layer 0 with skip_input)
+    R_0 .. R_{G-1}     [H, R]      recurrent weights
+    W_proj             [P, H]      LSTM projection (num_proj = P > 0 only)
+    bW_0 .. bW_{G-1}   [H]         input-side biases
+    bR_0 .. bR_{G-1}   [H]         hidden-side biases
+
+with ``in_0 = input_size``, ``in_l = D·R`` (``l ≥ 1``), ``R = P`` if ``P`` else ``H``. The gate
+blocks of one kind are adjacent, so ``W_0..W_{G-1}`` *is* PyTorch's ``weight_ih_l{l}`` ``[G·H,
+in_l]`` (likewise ``weight_hh``, ``bias_ih``, ``bias_hh``), and gate ``g`` is PyTorch's chunk
+``g``: LSTM ``(i, f, g, o)``, GRU ``(r, z, n)``, RNN one block. Every pseudo-layer of layer ``l``
+has the same size :meth:`CudnnLayout.pseudo_size`, so direction ``d`` of layer ``l`` starts at
+``base(l) + d · pseudo_size(l)``::
+
+    size = Σ_l D · [G·H·in_l (not layer 0 with skip_input) + G·H·R + P·H + 2·G·H]
+
+which equals PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``.
+
+**states** ``input_h``/``output_h`` ``[L·D, N, R]`` and ``input_c``/``output_c`` ``[L·D, N, H]`` in
+both time-major and batch-major calls: layer ``l``'s ``[D][N][W]`` slice is the contiguous run of
+``D·N·W`` elements at :meth:`CudnnLayout.state_offset`.
+
+**batch-major** sequences ``[N][T][W]`` are the transpose of the time-major ``[T][N][W]`` over the
+first two axes; :func:`swap01_strides` gives the strides of that transposed copy.
+
+**reserve_space** (1-D, the op's dtype) is what ``cudnn_rnn_backprop`` needs of a training
+forward: for each layer ``l`` in order, time-major, ``K = R``::
+
+    sav  [T][N][D][G][H]  the engine's saved gates (post-activation; RNN: pre-activation),
+                          gate blocks in PyTorch order
+    y    [T][N][D][K]     layer output before dropout (zero past each sequence length)
+    cs   [T][N][D][H]     LSTM only: cell state c[t]
+    hs   [T][N][D][H]     LSTM with num_proj only: h[t] before the projection
+
+Dropout is not stored: its mask is a pure function of (seed, seed2, layer, t, n, unit) and the
+dropped layer input is rebuilt from ``y``. :meth:`CudnnLayout.reserve_size` reports the length
+before anything is allocated (``rc.cudnn_rnn_reserve_space_size``).
+
+**host_reserved** (int8, :data:`HOST_RESERVED_SIZE` bytes): a signature of the forward call
+that backprop checks against its own arguments: ``[format version 1, rnn_mode code, skip_input,
+D, num_proj > 0, itemsize, dropout applied, 0]`` followed by an 8-byte digest of ``(dropout,
+seed, seed2)`` (zeros when no dropout was applied). A forward with ``is_training=False``
+returns it empty, like ``reserve_space``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._arrays import check_choice, check_int
+
+__all__ = ["RNN_MODES", "INPUT_MODES", "DIRECTIONS", "NUM_GATES", "CudnnLayout", "make_layout",
+           "swap01_strides", "HOST_RESERVED_SIZE", "host_signature"]
+
+#: Gates per ``rnn_mode``.
+NUM_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+RNN_MODES = tuple(NUM_GATES)
+INPUT_MODES = ("linear_input", "skip_input", "auto_select")
+DIRECTIONS = ("unidirectional", "bidirectional")
+
+#: Length of ``host_reserved`` after a training forward.
+HOST_RESERVED_SIZE = 16
+_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CudnnLayout:
+    """Sizes of one cuDNN-dialect configuration and the offsets they imply (module docstring).
+
+    ``mode`` rnn_mode, ``L`` layers, ``H`` num_units, ``I`` input_size, ``D`` directions,
+    ``skip`` whether layer 0 uses skip_input, ``P`` num_proj (0: none).
+    """
+
+    mode: str
+    L: int
+    H: int
+    I: int
+    D: int
+    skip: bool
+    P: int
+
+    # -- sizes ------------------------------------------------------------------------------
+
+    @property
+    def G(self) -> int:
+        return NUM_GATES[self.mode]
+
+    @property
+    def R(self) -> int:
+        """Width of the recurrent state and of each direction's output: ``P`` or ``H``."""
+        return self.P or self.H
+
+    @property
+    def GH(self) -> int:
+        return self.G * self.H
+
+    def in_size(self, l: int) -> int:
+        """Input width of layer ``l``: ``input_size``, then ``D·R``."""
+        return self.I if l == 0 else self.D * self.R
+
+    def has_w(self, l: int) -> bool:
+        """Whether layer ``l`` has input weights (not layer 0 with skip_input)."""
+        return not (l == 0 and self.skip)
+
+    def w_size(self, l: int) -> int:
+        return self.GH * self.in_size(l) if self.has_w(l) else 0
+
+    def pseudo_size(self, l: int) -> int:
+        """Elements of one pseudo-layer (one direction) of layer ``l``."""
+        return self.w_size(l) + self.GH * self.R + self.P * self.H + 2 * self.GH
+
+    def base(self, l: int) -> int:
+        """Offset of layer ``l``'s first pseudo-layer."""
+        return sum(self.D * self.pseudo_size(m) for m in range(l))
+
+    @property
+    def size(self) -> int:
+        """Length of ``params``."""
+        return self.base(self.L)
+
+    # -- params offsets (direction d of layer l; gate blocks of one kind are adjacent) ------
+
+    def pseudo(self, l: int, d: int) -> int:
+        return self.base(l) + d * self.pseudo_size(l)
+
+    def off_w(self, l: int, d: int) -> int:
+        """``W_0`` (``[G·H, in_l]`` block); only meaningful when :meth:`has_w`."""
+        return self.pseudo(l, d)
+
+    def off_r(self, l: int, d: int) -> int:
+        """``R_0`` (``[G·H, R]`` block)."""
+        return self.pseudo(l, d) + self.w_size(l)
+
+    def off_proj(self, l: int, d: int) -> int:
+        """``W_proj`` ``[P, H]``."""
+        return self.off_r(l, d) + self.GH * self.R
+
+    def off_bw(self, l: int, d: int) -> int:
+        """``bW_0`` (``[G·H]`` block)."""
+        return self.off_proj(l, d) + self.P * self.H
+
+    def off_br(self, l: int, d: int) -> int:
+        """``bR_0`` (``[G·H]`` block)."""
+        return self.off_bw(l, d) + self.GH
+
+    # -- canonical form ---------------------------------------------------------------------
+
+    def canonical(self):
+        """``(weights, biases)``: lists of ``(offset, shape)`` in canonical order (TF's), one
+        entry per gate matrix / vector, each a contiguous row-major run of ``params``."""
+        G, H, R, P = self.G, self.H, self.R, self.P
+        weights, biases = [], []
+        for l in range(self.L):
+            n_in = self.in_size(l)
+            for d in range(self.D):
+                if self.has_w(l):
+                    weights += [(self.off_w(l, d) + g * H * n_in, (H, n_in)) for g in range(G)]
+                weights += [(self.off_r(l, d) + g * H * R, (H, R)) for g in range(G)]
+                if P:
+                    weights.append((self.off_proj(l, d), (P, H)))
+                biases += [(self.off_bw(l, d) + g * H, (H,)) for g in range(G)]
+                biases += [(self.off_br(l, d) + g * H, (H,)) for g in range(G)]
+        return weights, biases
+
+    # -- states -----------------------------------------------------------------------------
+
+    def state_offset(self, l: int, N: int, width: int) -> int:
+        """Offset of layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` state."""
+        return l * self.D * N * width
+
+    # -- reserve space ----------------------------------------------------------------------
+
+    def reserve_parts(self, T: int, N: int):
+        """Per layer a dict ``name -> (offset, size)`` for ``sav``, ``y`` and (LSTM) ``cs``,
+        (projection) ``hs`` inside ``reserve_space``."""
+        rows = T * N * self.D
+        parts, pos = [], 0
+        for _ in range(self.L):
+            names = [("sav", self.GH), ("y", self.R)]
+            if self.mode == "lstm":
+                names.append(("cs", self.H))
+            if self.P:
+                names.append(("hs", self.H))
+            layer = {}
+            for name, width in names:
+                layer[name] = (pos, rows * width)
+                pos += rows * width
+            parts.append(layer)
+        return parts
+
+    def reserve_size(self, T: int, N: int) -> int:
+        """Length of ``reserve_space`` of a training forward over ``T`` steps of ``N`` rows."""
+        per_row = self.GH + self.R + (self.H if self.mode == "lstm" else 0) + (
+            self.H if self.P else 0)
+        return self.L * T * N * self.D * per_row
+
+
+def make_layout(num_layers, num_units, input_size, *, rnn_mode="lstm",
+                input_mode="linear_input", direction="unidirectional", num_proj=0):
+    """Validate a configuration (errors name the argument) and return its :class:`CudnnLayout`.
+
+    ``auto_select`` means skip_input when ``input_size == num_units``; skip_input needs that
+    equality. ``num_proj`` is LSTM-only and must satisfy ``0 ≤ num_proj < num_units`` (PyTorch's
+    rule for ``proj_size``).
+    """
+    mode = check_choice("rnn_mode", rnn_mode, RNN_MODES)
+    imode = check_choice("input_mode", input_mode, INPUT_MODES)
+    check_choice("direction", direction, DIRECTIONS)
+    L = check_int("num_layers", num_layers, 1)
+    H = check_int("num_units", num_units, 1)
+    I = check_int("input_size", input_size, 0)
+    P = check_int("num_proj", 0 if num_proj is None else num_proj, 0)
+    if P and mode != "lstm":
+        raise ValueError(f"num_proj: got {P}, but a projection exists only for rnn_mode='lstm' "
+                         f"(rnn_mode={mode!r}); pass num_proj=0")
+    if P >= H and P:
+        raise ValueError(f"num_proj: got {P}, expected a value in [0, num_units) = [0, {H})")
+    if imode == "skip_input" and I != H:
+        raise ValueError(f"input_mode: 'skip_input' needs input_size == num_units, got "
+                         f"input_size={I} and num_units={H}")
+    skip = imode == "skip_input" or (imode == "auto_select" and I == H)
+    return CudnnLayout(mode, L, H, I, 2 if direction == "bidirectional" else 1, skip, P)
+
+
+def swap01_strides(a: int, b: int, c: int):
+    """``copy3`` strides that copy ``src [a][b][c]`` into ``dst [b][a][c]`` over the shape
+    ``(a, b, c)``: returns ``(dst_strides, src_strides)``."""
+    return (c, a * c, 1), (b * c, c, 1)
+
+
+def host_signature(layout: CudnnLayout, itemsize: int, dropout_applied: bool, dropout: float,
+                   seed: int, seed2: int) -> np.ndarray:
+    """The int8 ``host_reserved`` of a training forward (module docstring)."""
+    head = [_FORMAT_VERSION, RNN_MODES.index(layout.mode), int(layout.skip), layout.D,
+            int(bool(layout.P)), int(itemsize), int(dropout_applied), 0]
+    digest = bytes(8)
+    if dropout_applied:
+        key = f"{float(dropout)!r}/{int(seed) & 0xFFFFFFFF}/{int(seed2) & 0xFFFFFFFF}"
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return np.concatenate([np.array(head, np.int8), np.frombuffer(digest, np.int8)])
