@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install pyrnn_cl and an OpenCL runtime into the active Python environment (a virtualenv if one
+# is active, else the interpreter named by $PYTHON, default python3). Safe to re-run.
+#
+# 1. OpenCL runtime. With apt-get and root (or password-less sudo): Debian's PoCL CPU runtime,
+#    the ICD loader, clinfo and Oclgrind (`pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind`);
+#    apt runs only for packages that are missing. Without Debian's PoCL: pip's PoCL wheel
+#    (`pocl-binary-distribution`, the `pocl` extra). docs/platforms.md says why Debian's first.
+# 2. `pip install -e ".[test,torch]"` (PYRNN_CL_EXTRAS overrides the extras) and tox.
+# 3. Lists the OpenCL devices; fails if there is none.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+EXTRAS=${PYRNN_CL_EXTRAS:-test,torch}
+APT_PACKAGES="pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind"
+export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+say() { printf '\n==> %s\n' "$*"; }
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# -- 1. OpenCL runtime ---------------------------------------------------------------------------
+if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; then
+  missing=""
+  for pkg in $APT_PACKAGES; do installed "$pkg" || missing="$missing $pkg"; done
+  if [ -z "$missing" ]; then
+    say "apt: $APT_PACKAGES already installed"
+  else
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+      if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; fi
+    fi
+    if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
+      say "apt-get install$missing"
+      # shellcheck disable=SC2086
+      if ! { $sudo apt-get update -qq &&
+             DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing; }; then
+        echo "warning: apt-get failed; continuing with what is installed" >&2
+      fi
+    else
+      echo "note: not root and no password-less sudo: skipping apt-get ($missing)" >&2
+    fi
+  fi
+fi
+if command -v dpkg-query >/dev/null 2>&1 && installed pocl-opencl-icd; then
+  say "OpenCL runtime: Debian's PoCL (pocl-opencl-icd)"
+else
+  say "OpenCL runtime: pip's PoCL wheel (pocl-binary-distribution, extra 'pocl')"
+  EXTRAS="$EXTRAS,pocl"
+fi
+
+# -- 2. Python packages --------------------------------------------------------------------------
+say "$PYTHON -m pip install -e .[$EXTRAS]"
+"$PYTHON" -m pip install -q -e ".[$EXTRAS]"
+if ! "$PYTHON" -m tox --version >/dev/null 2>&1; then
+  say "$PYTHON -m pip install tox"
+  "$PYTHON" -m pip install -q tox
+fi
+
+# -- 3. What is there ----------------------------------------------------------------------------
+if command -v clinfo >/dev/null 2>&1; then
+  say "clinfo -l"
+  clinfo -l || true
+fi
+say "pyrnn-cl devices"
+"$PYTHON" -m pyrnn_cl devices
+"$PYTHON" - <<'PY'
+import sys
+from pyrnn_cl.devices import INSTALL_HINT, list_devices
+if not list_devices():
+    sys.exit("install.sh: no OpenCL device is visible. " + INSTALL_HINT)
+PY

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Run the device tests on Oclgrind, the OpenCL device simulator, with its checkers on:
+# API-call errors (OCLGRIND_CHECK_API), out-of-bounds and invalid memory accesses (always on),
+# data races (OCLGRIND_DATA_RACES). Fails on a test failure AND on any Oclgrind report.
+#
+#   bash ci/oclgrind-tests.sh                 # default selection: -m "not slow and not torch"
+#   bash ci/oclgrind-tests.sh tests/test_gemm.py -k NN
+#   tox -e oclgrind [-- PYTEST ARGS]
+#
+# How Oclgrind becomes visible (docs/platforms.md, "Oclgrind"): it ships an ICD library,
+# liboclgrind-rt-icd.so (Debian: /usr/lib/oclgrind/, package `oclgrind`). We make a temporary
+# vendors directory holding the system's ICDs plus one `oclgrind.icd` naming that library and
+# point the ocl-icd loader at it with OCL_ICD_VENDORS (pyopencl's wheels bundle ocl-icd). Other
+# devices stay visible, so tests that deliberately use the default device still run (on PoCL);
+# tests using the `device` fixture (PYRNN_CL_TEST) or the default device (PYRNN_CL_DEVICE) run
+# on Oclgrind. Extra checks: OCLGRIND_UNINITIALIZED=1 reports uses of uninitialised values.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+lib=${OCLGRIND_ICD_LIB:-}
+if [ -z "$lib" ]; then
+  for candidate in /usr/lib/oclgrind/liboclgrind-rt-icd.so /usr/lib64/oclgrind/liboclgrind-rt-icd.so \
+                   /usr/local/lib/liboclgrind-rt-icd.so /usr/lib/x86_64-linux-gnu/liboclgrind-rt-icd.so; do
+    if [ -e "$candidate" ]; then lib=$candidate; break; fi
+  done
+fi
+if [ -z "$lib" ]; then
+  echo "oclgrind-tests: liboclgrind-rt-icd.so not found; install Oclgrind (apt-get install oclgrind)" \
+       "or set OCLGRIND_ICD_LIB=/path/to/liboclgrind-rt-icd.so" >&2
+  exit 2
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/pyrnn-cl-oclgrind.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/vendors"
+for icd in "${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}"/*.icd; do
+  if [ -e "$icd" ]; then cp "$icd" "$work/vendors/"; fi
+done
+echo "$lib" > "$work/vendors/oclgrind.icd"
+
+export OCL_ICD_VENDORS="$work/vendors"
+export PYRNN_CL_DEVICE=oclgrind PYRNN_CL_TEST=oclgrind
+export OCLGRIND_CHECK_API=${OCLGRIND_CHECK_API:-1}
+export OCLGRIND_DATA_RACES=${OCLGRIND_DATA_RACES:-1}
+export OCLGRIND_LOG="$work/kernel-errors.log"     # kernel errors (OOB, races, ...) go here
+export PYRNN_CL_REQUIRE_DEVICE=${PYRNN_CL_REQUIRE_DEVICE:-1}
+export PYRNN_CL_CACHE_DIR=${PYRNN_CL_CACHE_DIR:-$work/cache}
+
+if [ $# -eq 0 ]; then set -- tests -m "not slow and not torch"; fi
+status=0
+# API errors are printed on stderr: --capture=sys lets them through pytest, tee keeps a copy.
+"$PYTHON" -m pytest --capture=sys "$@" 2> >(tee "$work/stderr.log" >&2) || status=$?
+wait  # for tee
+
+fail=0
+if [ -s "$OCLGRIND_LOG" ]; then
+  echo "==== Oclgrind kernel errors ($(grep -c '^Invalid\|^Data race\|^Uninitialized\|^Work-group divergence' "$OCLGRIND_LOG" || true) reports):"
+  head -n 200 "$OCLGRIND_LOG"
+  fail=1
+fi
+# Info queries for parameters an OpenCL 1.2 device does not know (pyopencl and DeviceInfo probe
+# them and handle the error) are expected; every other API error is a bug.
+if "$PYTHON" - "$work/stderr.log" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+blocks = re.findall(r"Oclgrind - OpenCL runtime error detected\n((?:\t.*\n?)+)", text)
+bad = [b for b in blocks
+       if not (re.search(r"Function: clGet\w*Info\b", b)
+               and "CL_INVALID_VALUE" in b and "'param_name'" in b)]
+print(f"oclgrind-tests: {len(blocks)} API error reports, {len(blocks) - len(bad)} benign "
+      f"(unknown info parameter), {len(bad)} to fix")
+for b in bad[:20]:
+    print("---\n" + b.rstrip())
+sys.exit(1 if bad else 0)
+PY
+then :; else fail=1; fi
+
+if [ "$fail" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
+exit "$status"
