@@ -1,0 +1,838 @@
+r"""``pyrnn-cl bench``: time the public ops on one device against PyTorch, in the same run.
+
+The configurations are the CPU tier of ``reference/performance.md`` §6.3 (DeepBench-style LSTM,
+GRU and vanilla-ReLU layers, one 2-layer bidirectional LSTM, one GNMT layer). For each one:
+
+* **ours**: the MPSGraph dialect (``rc.lstm`` / ``rc.gru`` / ``rc.single_gate_rnn`` and their
+  ``*_gradients``) for single layers; the 2-layer bidirectional network goes through the cuDNN
+  dialect (``rc.cudnn_rnn`` + ``rc.cudnn_rnn_backprop``) when the package has it, else two
+  stacked MPSGraph layers. Every input is a ``pyopencl.array.Array`` already on the device, so
+  host transfers are not timed; a repetition is one op call (or forward + gradients call)
+  followed by ``queue.finish()``, i.e. everything the caller waits for: argument checks, weight
+  packing, allocations, every kernel.
+* **torch**: the same network (same weights) as ``torch.nn.LSTM/GRU/RNN`` on the CPU with
+  ``torch.set_num_threads(threads)``: forward under ``torch.no_grad()``, forward+backward as
+  forward + ``torch.autograd.grad`` of every parameter and the input.
+* Warm-up calls first (program builds and PoCL's per-local-size specialisation are excluded),
+  then ``repeat`` (default 5) timed repetitions: median and minimum are reported.
+
+FLOP convention (stated in the output too): per layer and direction,
+
+.. math::  F_{fwd} = 2 \cdot G \cdot H \cdot N \cdot T \cdot (I_l + H), \qquad
+           F_{fwd+bwd} = 3 F_{fwd}, \qquad F_{rec} = 2 \cdot G \cdot H^2 \cdot N \cdot T
+
+(G = 4 LSTM, 3 GRU, 1 vanilla; ``I_l`` = input width of layer l; the input GEMM is included in
+``F_fwd``; ``F_rec`` is DeepBench's recurrent-only count). ``% sgemm`` compares GFLOP/s with
+NumPy's SGEMM 1024^3 measured in the same run with the same thread count. ``ratio`` is
+PyTorch time / our time (> 1: we are faster), from the medians.
+
+The memory column is an estimate of the device bytes our engine allocates per call, from its
+buffer shapes (:func:`memory_estimate`): inputs, *reserve* (what the forward keeps for backward:
+saved gates, h and c sequences), forward workspace (packed weights) and backward workspace
+(gate gradients, carries, the recurrent-product inputs, gradient outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["BenchConfig", "CONFIGS", "QUICK", "run_bench", "main", "format_table",
+           "memory_estimate", "sgemm_gflops"]
+
+_GATES = {"lstm": 4, "gru": 3, "rnn_relu": 1}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark network: ``layers`` x ``directions`` layers of ``cell`` with ``H`` hidden
+    units over ``T`` steps of ``N`` rows, input width ``I``."""
+
+    name: str
+    cell: str            # "lstm", "gru" or "rnn_relu"
+    H: int
+    I: int
+    N: int
+    T: int
+    layers: int = 1
+    directions: int = 1
+    why: str = ""
+
+    @property
+    def G(self) -> int:
+        return _GATES[self.cell]
+
+    def layer_inputs(self) -> list[int]:
+        """Input width of every layer."""
+        return [self.I] + [self.directions * self.H] * (self.layers - 1)
+
+    def flops_forward(self) -> float:
+        """2 G H N T (I_l + H) summed over layers and directions (input GEMM included)."""
+        return float(sum(self.directions * 2 * self.G * self.H * self.N * self.T * (i + self.H)
+                         for i in self.layer_inputs()))
+
+    def flops_recurrent(self) -> float:
+        """2 G H^2 N T per layer and direction (DeepBench's recurrent-only count)."""
+        return float(self.layers * self.directions * 2 * self.G * self.H * self.H * self.N
+                     * self.T)
+
+
+#: The CPU tier of performance.md §6.3, plus GRUs at the 512/16 and 512/64 shapes.
+CONFIGS: tuple[BenchConfig, ...] = (
+    BenchConfig("tiny-latency", "lstm", 128, 64, 8, 100, why="launch and Python overhead"),
+    BenchConfig("db-charlm", "lstm", 256, 256, 16, 150, why="DeepBench char-LM, long T"),
+    BenchConfig("db-mt-512x16", "lstm", 512, 512, 16, 25, why="DeepBench MT, small batch"),
+    BenchConfig("db-mt-512x64", "lstm", 512, 512, 64, 25, why="compute-bound, W_hh in cache"),
+    BenchConfig("db-mt-1024x32", "lstm", 1024, 1024, 32, 25, why="W_hh 16 MB in L3"),
+    BenchConfig("db-inf-1024x1", "lstm", 1024, 1024, 1, 25, why="batch-1, bandwidth-bound"),
+    BenchConfig("db-inf-1024x4", "lstm", 1024, 1024, 4, 25, why="small-batch inference"),
+    BenchConfig("db-rnn-1760x16", "rnn_relu", 1760, 1760, 16, 50, why="DeepSpeech vanilla ReLU"),
+    BenchConfig("bi2-256x32", "lstm", 256, 128, 32, 50, layers=2, directions=2,
+                why="layers and directions"),
+    BenchConfig("gnmt-1024x64", "lstm", 1024, 1024, 64, 50, why="MLPerf GNMT layer"),
+    BenchConfig("gru-512x16", "gru", 512, 512, 16, 25, why="GRU, small batch"),
+    BenchConfig("gru-512x64", "gru", 512, 512, 64, 25, why="GRU, compute-bound"),
+)
+
+#: ``--quick``: small configurations that finish in well under a minute.
+QUICK = ("tiny-latency", "db-mt-512x16", "gru-512x16")
+
+FLOP_CONVENTION = ("per layer and direction: forward = 2*G*H*N*T*(I_l+H) (input GEMM included), "
+                   "fwd+bwd = 3x forward, recurrent-only = 2*G*H^2*N*T; G = 4 LSTM, 3 GRU, "
+                   "1 vanilla")
+TIMING_NOTE = ("inputs are pyopencl.array.Array on the device (host transfers not timed); one "
+               "repetition = op call(s) + queue.finish(); warm-up excluded; ratio = torch time / "
+               "our time from the medians (>1: pyrnn_cl faster)")
+
+
+# {{{ threads and machine description
+
+def _openblas_set_threads(n: int) -> bool:
+    """Set the thread count of every OpenBLAS loaded in this process (NumPy's); True if one
+    took it. Uses the exported ``*set_num_threads*`` entry points (no threadpoolctl needed)."""
+    names = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+             "openblas_set_num_threads64_", "openblas_set_num_threads")
+    done = False
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps
+                     if "openblas" in line.lower() and ".so" in line.split()[-1]}
+    except OSError:
+        return False
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in names:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn(ctypes.c_int(n))
+                done = True
+                break
+    return done
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def sgemm_gflops(size: int = 1024, repeat: int = 5) -> dict:
+    """NumPy float32 ``size^3`` matmul rate: ``{"median": GFLOP/s, "max": GFLOP/s}``."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    c = np.empty((size, size), np.float32)
+    np.matmul(a, b, out=c)
+    times = []
+    for _ in range(max(repeat, 1)):
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=c)
+        times.append(time.perf_counter() - t0)
+    flops = 2.0 * size ** 3
+    return {"median": flops / statistics.median(times) / 1e9, "max": flops / min(times) / 1e9}
+
+# }}}
+
+# {{{ weights (PyTorch layout, shared by both sides)
+
+
+def _make_weights(cfg: BenchConfig, seed: int = 0):
+    """PyTorch-layout float32 weights ``[(W_ih, W_hh, b_ih, b_hh) per layer per direction]``,
+    uniform in +-1/sqrt(H) like ``torch.nn.LSTM``'s default initialisation."""
+    rng = np.random.default_rng(seed)
+    k = 1.0 / math.sqrt(cfg.H)
+    GH = cfg.G * cfg.H
+    out = []
+    for width in cfg.layer_inputs():
+        for _ in range(cfg.directions):
+            out.append(tuple(rng.uniform(-k, k, shape).astype(np.float32)
+                             for shape in ((GH, width), (GH, cfg.H), (GH,), (GH,))))
+    return out
+
+
+def _mps_layer_arrays(cfg: BenchConfig, weights, layer: int):
+    """MPSGraph arguments of one layer from PyTorch weights: ``(R, W, b, secondary_bias)``.
+
+    LSTM: PyTorch's (i, f, g, o) is MPSGraph's default (i, f, z, o). GRU: PyTorch's (r, z, n)
+    with ``reset_gate_first``, ``reset_after`` and ``flip_z``; ``b_hn`` becomes the secondary
+    bias, the other hidden biases fold into ``b``. Vanilla: ``b = b_ih + b_hh``.
+    """
+    D, H = cfg.directions, cfg.H
+    parts = weights[layer * D:(layer + 1) * D]
+    Rs, Ws, bs, b2s = [], [], [], []
+    for w_ih, w_hh, b_ih, b_hh in parts:
+        Rs.append(w_hh)
+        Ws.append(w_ih)
+        if cfg.cell == "gru":
+            b = b_ih.copy()
+            b[:2 * H] += b_hh[:2 * H]
+            bs.append(b)
+            b2s.append(b_hh[2 * H:])
+        else:
+            bs.append(b_ih + b_hh)
+    R = np.stack(Rs) if D == 2 else Rs[0]
+    return (np.ascontiguousarray(R), np.ascontiguousarray(np.concatenate(Ws)),
+            np.concatenate(bs), np.concatenate(b2s) if b2s else None)
+
+# }}}
+
+# {{{ our side
+
+
+class _Ours:
+    """Device arrays and the two timed callables (forward, forward+backward) for our ops."""
+
+    def __init__(self, cfg: BenchConfig, weights, x, dy, device, use_cudnn: bool):
+        import pyopencl.array as cla
+
+        import pyrnn_cl as rc
+
+        self.rc, self.cfg, self.device = rc, cfg, device
+        q = device.queue
+        self.queue = q
+        self.x = cla.to_device(q, x)
+        self.dy = cla.to_device(q, dy)
+        self.dialect = "mps"
+        self.note = ""
+        if use_cudnn:
+            self.dialect = "cudnn"
+            self._init_cudnn(weights)
+        else:
+            if cfg.layers > 1:
+                self.dialect = "mps (stacked layers)"
+            self.layers = []
+            for layer in range(cfg.layers):
+                R, W, b, b2 = _mps_layer_arrays(cfg, weights, layer)
+                dev = {k: (None if v is None else cla.to_device(q, v))
+                       for k, v in dict(R=R, W=W, b=b, b2=b2).items()}
+                self.layers.append(dev)
+
+    # -- MPSGraph dialect ------------------------------------------------------------------
+
+    def _desc(self, training):
+        rc, cfg = self.rc, self.cfg
+        bi = cfg.directions == 2
+        if cfg.cell == "lstm":
+            return rc.LSTMDescriptor(bidirectional=bi, training=training)
+        if cfg.cell == "gru":
+            return rc.GRUDescriptor(bidirectional=bi, training=training, reset_gate_first=True,
+                                    reset_after=True, flip_z=True)
+        return rc.SingleGateRNNDescriptor(bidirectional=bi, training=training, activation="relu")
+
+    def _mps_forward_layer(self, src, p, training):
+        rc, cell = self.rc, self.cfg.cell
+        desc = self._desc(training)
+        if cell == "lstm":
+            return rc.lstm(src, p["R"], p["W"], p["b"], descriptor=desc)
+        if cell == "gru":
+            return rc.gru(src, p["R"], p["W"], p["b"], secondary_bias=p["b2"], descriptor=desc)
+        return rc.single_gate_rnn(src, p["R"], p["W"], p["b"], descriptor=desc)
+
+    def _mps_gradients_layer(self, src, p, dy, saved):
+        rc, cell = self.rc, self.cfg.cell
+        desc = self._desc(True)
+        if cell == "lstm":
+            y, cs, z = saved
+            return rc.lstm_gradients(src, p["R"], dy, z, cs, p["W"], p["b"], descriptor=desc)
+        if cell == "gru":
+            y, z = saved
+            return rc.gru_gradients(src, p["R"], dy, z, y, p["W"], p["b"],
+                                    secondary_bias=p["b2"], descriptor=desc)
+        y, z = saved
+        return rc.single_gate_rnn_gradients(src, p["R"], dy, z, p["W"], p["b"],
+                                            descriptor=desc)
+
+    def _mps_forward(self, training):
+        src, saved = self.x, []
+        for p in self.layers:
+            outs = self._mps_forward_layer(src, p, training)
+            saved.append((src, outs))
+            src = outs[0]
+        return src, saved
+
+    def _mps_fwd_bwd(self):
+        _, saved = self._mps_forward(True)
+        dy = self.dy
+        grads = []
+        for p, (src, outs) in zip(reversed(self.layers), reversed(saved)):
+            g = self._mps_gradients_layer(src, p, dy, outs)
+            grads.append(g)
+            dy = g[0]
+        return grads
+
+    # -- cuDNN dialect ---------------------------------------------------------------------
+
+    def _cudnn_kwargs(self):
+        cfg = self.cfg
+        mode = {"lstm": "lstm", "gru": "gru", "rnn_relu": "rnn_relu"}[cfg.cell]
+        return dict(rnn_mode=mode,
+                    direction="bidirectional" if cfg.directions == 2 else "unidirectional")
+
+    def _init_cudnn(self, weights):
+        import pyopencl.array as cla
+
+        rc, cfg, q = self.rc, self.cfg, self.queue
+        G, H = cfg.G, cfg.H
+        ws, bs = [], []
+        for w_ih, w_hh, b_ih, b_hh in weights:        # canonical: W_0..W_{G-1}, R_0..R_{G-1}
+            ws += [w_ih[g * H:(g + 1) * H] for g in range(G)]
+            ws += [w_hh[g * H:(g + 1) * H] for g in range(G)]
+            bs += [b_ih[g * H:(g + 1) * H] for g in range(G)]
+            bs += [b_hh[g * H:(g + 1) * H] for g in range(G)]
+        kw = self._cudnn_kwargs()
+        params = rc.cudnn_rnn_canonical_to_params(cfg.layers, H, cfg.I, ws, bs, **kw)
+        self.params = cla.to_device(q, np.ascontiguousarray(np.asarray(params, np.float32)))
+        LD = cfg.layers * cfg.directions
+        self.h0 = cla.zeros(q, (LD, cfg.N, H), np.float32)
+        self.c0 = cla.zeros(q, (LD, cfg.N, H), np.float32) if cfg.cell == "lstm" else None
+
+    def _cudnn_forward(self, training):
+        return self.rc.cudnn_rnn(self.x, self.h0, self.c0, self.params, is_training=training,
+                                 **self._cudnn_kwargs())
+
+    def _cudnn_fwd_bwd(self):
+        out, out_h, out_c, reserve, host_reserved = self._cudnn_forward(True)
+        return self.rc.cudnn_rnn_backprop(
+            self.x, self.h0, self.c0, self.params, None, out, out_h, out_c, self.dy, None, None,
+            reserve, host_reserved, **self._cudnn_kwargs())
+
+    # -- timed callables -------------------------------------------------------------------
+
+    def forward_output(self):
+        """The forward output ``[T, N, D*H]`` as NumPy (for the agreement check; not timed)."""
+        if self.dialect == "cudnn":
+            y = self._cudnn_forward(False)[0]
+        else:
+            y = self._mps_forward(False)[0]
+        return y.get(queue=self.queue)
+
+    def run_forward(self):
+        if self.dialect == "cudnn":
+            self._cudnn_forward(False)
+        else:
+            self._mps_forward(False)
+        self.queue.finish()
+
+    def run_fwd_bwd(self):
+        if self.dialect == "cudnn":
+            self._cudnn_fwd_bwd()
+        else:
+            self._mps_fwd_bwd()
+        self.queue.finish()
+
+# }}}
+
+# {{{ PyTorch side
+
+
+class _Torch:
+    """The same network in ``torch.nn`` on the CPU, with our weights."""
+
+    def __init__(self, cfg: BenchConfig, weights, x, dy, threads: int):
+        import torch
+
+        self.torch = torch
+        torch.set_num_threads(threads)
+        kw = dict(num_layers=cfg.layers, bidirectional=cfg.directions == 2)
+        if cfg.cell == "lstm":
+            mod = torch.nn.LSTM(cfg.I, cfg.H, **kw)
+        elif cfg.cell == "gru":
+            mod = torch.nn.GRU(cfg.I, cfg.H, **kw)
+        else:
+            mod = torch.nn.RNN(cfg.I, cfg.H, nonlinearity="relu", **kw)
+        with torch.no_grad():
+            i = 0
+            for layer in range(cfg.layers):
+                for d in range(cfg.directions):
+                    sfx = f"_l{layer}" + ("_reverse" if d else "")
+                    for name, value in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"),
+                                           weights[i]):
+                        getattr(mod, name + sfx).copy_(torch.from_numpy(value))
+                    i += 1
+        self.mod = mod
+        self.x = torch.from_numpy(x)
+        self.dy = torch.from_numpy(dy)
+        self.params = list(mod.parameters())
+
+    def forward_output(self):
+        with self.torch.no_grad():
+            return self.mod(self.x)[0].numpy()
+
+    def run_forward(self):
+        with self.torch.no_grad():
+            self.mod(self.x)
+
+    def run_fwd_bwd(self):
+        x = self.x.detach().requires_grad_(True)
+        out = self.mod(x)[0]
+        self.torch.autograd.grad(out, [x, *self.params], self.dy)
+
+# }}}
+
+# {{{ memory estimate
+
+
+def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
+    """Device bytes our engine allocates for one forward and one forward+backward of ``cfg``
+    (MPSGraph path, per layer, summed), from the engine's buffer shapes.
+
+    ``inputs``: source, weights, biases, upstream gradient. ``reserve``: what the training
+    forward returns for backward (saved gates ``[T][N][D*G*H]``, h ``[T][N][D*H]`` and the LSTM
+    cell sequence). ``fwd_workspace``: packed recurrent weights (both packings). ``bwd_workspace``:
+    gate gradients (two arrays for GRU), carries, the recomputed h sequence (LSTM gradients
+    rebuild it from the saved gates), the recurrent-product inputs, and the gradient outputs.
+    """
+    T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
+    lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
+    inputs = reserve = fwd_ws = bwd_ws = 0
+    for width in cfg.layer_inputs():
+        GH = D * G * H
+        seq_h = T * N * D * H
+        inputs += T * N * width + GH * width + D * G * H * H + GH + (D * H if gru else 0)
+        reserve += T * N * GH + seq_h + (seq_h if lstm else 0)
+        packed = D * G * H * H
+        fwd_ws += packed                                         # R packed
+        bwd_ws += T * N * GH * (2 if gru else 1)                 # dgx (+ dgh)
+        bwd_ws += seq_h * (2 if lstm else 1)                     # carry_h (+ carry_c)
+        bwd_ws += seq_h if lstm else 0                           # y rebuilt from the gates
+        bwd_ws += seq_h                                          # hin
+        bwd_ws += T * N * width + GH * width + D * G * H * H + GH  # dx, dW, dR, db
+    inputs += T * N * D * H                                      # dy of the last layer
+    out = dict(inputs=inputs, reserve=reserve, fwd_workspace=fwd_ws, bwd_workspace=bwd_ws)
+    return {k: v * itemsize for k, v in out.items()}
+
+# }}}
+
+# {{{ running
+
+
+def _timed_interleaved(fns: dict, repeat: int, warmup: int) -> dict:
+    """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then the
+    repetitions taken round-robin (one of each per round)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def _stats(times: list[float]) -> dict:
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "all_ms": [t * 1e3 for t in times]}
+
+
+def _rates(cfg: BenchConfig, fwd: dict, fb: dict, sgemm: float) -> dict:
+    f, r = cfg.flops_forward(), cfg.flops_recurrent()
+    tf, tb = fwd["median_ms"] * 1e-3, fb["median_ms"] * 1e-3
+    return {
+        "us_per_step_fwd": tf / cfg.T * 1e6,
+        "us_per_step_fwd_bwd": tb / cfg.T * 1e6,
+        "gflops_fwd": f / tf / 1e9,
+        "gflops_fwd_bwd": 3 * f / tb / 1e9,
+        "gflops_rec_fwd": r / tf / 1e9,
+        "pct_sgemm_fwd": 100 * f / tf / 1e9 / sgemm if sgemm else None,
+        "pct_sgemm_fwd_bwd": 100 * 3 * f / tb / 1e9 / sgemm if sgemm else None,
+    }
+
+
+def _resolve_configs(configs) -> list[BenchConfig]:
+    by_name = {c.name: c for c in CONFIGS}
+    out = []
+    for c in configs:
+        if isinstance(c, BenchConfig):
+            out.append(c)
+        elif c in by_name:
+            out.append(by_name[c])
+        else:
+            raise ValueError(f"configs: unknown configuration {c!r}; known: "
+                             f"{', '.join(by_name)}")
+    return out
+
+
+class _Progress:
+    """tqdm when importable, else one stderr line per step."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.bar = total, 0, None
+        self.enabled = enabled
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="config", file=sys.stderr, leave=False)
+            except ImportError:
+                pass
+
+    def start(self, name: str):
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_description(name)
+        else:
+            print(f"[{self.done + 1}/{self.total}] {name} ...", file=sys.stderr, flush=True)
+
+    def step(self):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _machine(device, threads: int, torch_version) -> dict:
+    from .devices.info import parse_version
+
+    info = device.info
+    pocl = parse_version(info.platform_version, "PoCL")
+    llvm = parse_version(info.platform_version, "LLVM")
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "device": info.name,
+        "platform": info.platform_name,
+        "platform_version": info.platform_version,
+        "pocl_version": ".".join(map(str, pocl)) if pocl else None,
+        "llvm_version": ".".join(map(str, llvm)) if llvm else None,
+        "compute_units": info.compute_units,
+        "cpu": _cpu_model(),
+        "threads": threads,
+        "pocl_threads_env": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch_version,
+    }
+
+
+def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
+              threads: int | None = None, compare_torch: bool = True, check: bool = True,
+              progress: bool = False, use_cudnn: bool | None = None) -> dict:
+    """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
+    all) on ``device`` and return the results as a JSON-ready dict.
+
+    ``threads``: thread count for NumPy's BLAS and torch (default: the device's compute units
+    for a CPU device, else ``os.cpu_count()``); PoCL's own thread count is fixed when the
+    platform is first opened (``POCL_MAX_PTHREAD_COUNT``, which :func:`main` sets from
+    ``--threads``). ``compare_torch``: also time PyTorch when it is installed. ``check``:
+    compare our forward output with PyTorch's once (not timed). ``use_cudnn``: None picks the
+    cuDNN dialect for multi-layer configurations when ``pyrnn_cl`` has it.
+    """
+    import pyrnn_cl as rc
+    from .devices import resolve_device
+
+    if repeat < 1:
+        raise ValueError(f"repeat: got {repeat}, expected a value >= 1")
+    cfgs = _resolve_configs(CONFIGS if configs is None else configs)
+    dev = resolve_device(device)
+    if threads is None:
+        threads = dev.info.compute_units if dev.info.type == "cpu" else (os.cpu_count() or 1)
+    threads = int(threads)
+    blas_set = _openblas_set_threads(threads)
+    torch_mod = None
+    if compare_torch:
+        try:
+            import torch as torch_mod
+        except ImportError:
+            torch_mod = None
+    if torch_mod is not None:
+        torch_mod.set_num_threads(threads)
+    have_cudnn = hasattr(rc, "cudnn_rnn") and hasattr(rc, "cudnn_rnn_backprop")
+
+    sgemm = sgemm_gflops()
+    result = {
+        "machine": _machine(dev, threads, getattr(torch_mod, "__version__", None)),
+        "numpy_sgemm_1024_gflops": sgemm,
+        "numpy_blas_threads_set": blas_set,
+        "flop_convention": FLOP_CONVENTION,
+        "timing": TIMING_NOTE,
+        "repeat": repeat,
+        "warmup": warmup,
+        "configs": [],
+    }
+    bar = _Progress(len(cfgs), progress)
+    try:
+        for cfg in cfgs:
+            bar.start(cfg.name)
+            result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
+                                                check, sgemm["median"], have_cudnn, use_cudnn))
+            bar.step()
+    finally:
+        bar.close()
+    result["summary"] = _summary(result["configs"])
+    return result
+
+
+def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
+               use_cudnn) -> dict:
+    rng = np.random.default_rng(1)
+    weights = _make_weights(cfg)
+    x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+    dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+    entry = {"config": asdict(cfg), "flops": {"forward": cfg.flops_forward(),
+                                              "fwd_bwd": 3 * cfg.flops_forward(),
+                                              "recurrent_forward": cfg.flops_recurrent()},
+             "memory_bytes": memory_estimate(cfg), "ours": None, "torch": None,
+             "ratio_fwd": None, "ratio_fwd_bwd": None, "max_abs_diff_vs_torch": None,
+             "note": "", "error": None}
+    want_cudnn = have_cudnn and cfg.layers > 1 if use_cudnn is None else bool(use_cudnn)
+    try:
+        ours = None
+        if want_cudnn:
+            try:
+                ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=True)
+                ours.run_fwd_bwd()
+            except Exception as exc:  # noqa: BLE001 - fall back, and say so
+                entry["note"] = f"cuDNN dialect failed ({type(exc).__name__}: {exc}); "
+                ours = None
+        if ours is None:
+            ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=False)
+        if cfg.layers > 1 and ours.dialect != "cudnn":
+            entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
+        entry["dialect"] = ours.dialect
+        y_ours = ours.forward_output() if check and torch_mod is not None else None
+        tm = _Torch(cfg, weights, x, dy, threads) if torch_mod is not None else None
+        if y_ours is not None:
+            entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
+        # Interleaved repetitions: the machine may be shared, so both sides see the same load.
+        fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
+        if tm is not None:
+            fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
+        times = _timed_interleaved(fns, repeat, warmup)
+        fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])
+        entry["ours"] = {"fwd": fwd, "fwd_bwd": fb, **_rates(cfg, fwd, fb, sgemm)}
+        if tm is not None:
+            tfwd, tfb = _stats(times["torch_fwd"]), _stats(times["torch_fwd_bwd"])
+            entry["torch"] = {"fwd": tfwd, "fwd_bwd": tfb, **_rates(cfg, tfwd, tfb, sgemm)}
+            entry["ratio_fwd"] = tfwd["median_ms"] / fwd["median_ms"]
+            entry["ratio_fwd_bwd"] = tfb["median_ms"] / fb["median_ms"]
+            entry["ratio_fwd_min"] = tfwd["min_ms"] / fwd["min_ms"]
+            entry["ratio_fwd_bwd_min"] = tfb["min_ms"] / fb["min_ms"]
+    except Exception as exc:  # noqa: BLE001 - one broken config must not hide the others
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+    return entry
+
+
+def _geomean(values):
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _summary(entries) -> dict:
+    rf = [e["ratio_fwd"] for e in entries if e.get("ratio_fwd")]
+    rb = [e["ratio_fwd_bwd"] for e in entries if e.get("ratio_fwd_bwd")]
+    return {"geomean_ratio_fwd": _geomean(rf), "geomean_ratio_fwd_bwd": _geomean(rb),
+            "min_ratio_fwd": min(rf) if rf else None, "min_ratio_fwd_bwd": min(rb) if rb else None,
+            "errors": sum(1 for e in entries if e.get("error"))}
+
+# }}}
+
+# {{{ output
+
+
+def _f(v, fmt="{:.1f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+def _ratio(entry, key):
+    if entry.get(key) is None:
+        return "-"
+    return f"{entry[key]:.2f} ({entry[key + '_min']:.2f})"
+
+
+def _mib(b):
+    return f"{b / 2**20:.1f}"
+
+
+def format_table(result: dict) -> str:
+    """The results as Markdown: a header, the timing table, the memory table, the summary."""
+    m = result["machine"]
+    s = result["numpy_sgemm_1024_gflops"]
+    lines = [
+        f"pyrnn_cl bench - {m['date']} - device: {m['device']} ({m['platform_version']})",
+        f"CPU: {m['cpu']}; threads: {m['threads']} (PoCL compute units {m['compute_units']}, "
+        f"POCL_MAX_PTHREAD_COUNT={m['pocl_threads_env'] or 'unset'}); numpy {m['numpy']}, "
+        f"torch {m['torch'] or 'not installed'}",
+        f"NumPy SGEMM 1024^3 ({m['threads']} threads): {s['median']:.1f} GFLOP/s median, "
+        f"{s['max']:.1f} best",
+        f"FLOPs: {result['flop_convention']}.",
+        f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
+        "warm-up calls.",
+        "",
+        "| config | cell | H | I | N | T | L x D | fwd ms med (min) | fwd us/step | fwd GFLOP/s "
+        "(rec-only) | % sgemm fwd | torch fwd ms med | ratio fwd med (min) | fwd+bwd ms med "
+        "(min) | fwd+bwd GFLOP/s | % sgemm f+b | torch f+b ms med | ratio f+b med (min) |",
+        "|" + "---|" * 18,
+    ]
+    for e in result["configs"]:
+        c = e["config"]
+        head = (f"| {c['name']} | {c['cell']} | {c['H']} | {c['I']} | {c['N']} | {c['T']} | "
+                f"{c['layers']}x{c['directions']} |")
+        if e.get("error") or e["ours"] is None:
+            lines.append(head + f" error: {e.get('error')} |" + " |" * 10)
+            continue
+        o, t = e["ours"], e["torch"]
+        lines.append(
+            head
+            + f" {o['fwd']['median_ms']:.2f} ({o['fwd']['min_ms']:.2f}) |"
+            f" {o['us_per_step_fwd']:.1f} | {o['gflops_fwd']:.1f} ({o['gflops_rec_fwd']:.1f}) |"
+            f" {_f(o['pct_sgemm_fwd'], '{:.0f}')} |"
+            f" {_f(t and t['fwd']['median_ms'], '{:.2f}')} | {_ratio(e, 'ratio_fwd')} |"
+            f" {o['fwd_bwd']['median_ms']:.2f} ({o['fwd_bwd']['min_ms']:.2f}) |"
+            f" {o['gflops_fwd_bwd']:.1f} | {_f(o['pct_sgemm_fwd_bwd'], '{:.0f}')} |"
+            f" {_f(t and t['fwd_bwd']['median_ms'], '{:.2f}')} |"
+            f" {_ratio(e, 'ratio_fwd_bwd')} |")
+    sm = result["summary"]
+    lines += [
+        "",
+        f"Geometric mean ratio (torch time / ours): forward {_f(sm['geomean_ratio_fwd'], '{:.2f}')}"
+        f", forward+backward {_f(sm['geomean_ratio_fwd_bwd'], '{:.2f}')}; lowest: forward "
+        f"{_f(sm['min_ratio_fwd'], '{:.2f}')}, forward+backward "
+        f"{_f(sm['min_ratio_fwd_bwd'], '{:.2f}')}.",
+        "",
+        "Device memory per call, MiB (estimate from the engine's buffers):",
+        "",
+              "| config | dialect | inputs | reserve (saved for backward) | fwd workspace | "
+              "bwd workspace | max abs diff vs torch (fwd y) | note |",
+              "|" + "---|" * 8]
+    for e in result["configs"]:
+        mb = e["memory_bytes"]
+        lines.append(
+            f"| {e['config']['name']} | {e.get('dialect', '-')} | {_mib(mb['inputs'])} | "
+            f"{_mib(mb['reserve'])} | {_mib(mb['fwd_workspace'])} | {_mib(mb['bwd_workspace'])} "
+            f"| {_f(e['max_abs_diff_vs_torch'], '{:.1e}')} | {e['note'] or ''} |")
+    return "\n".join(lines)
+
+
+def write_png(result: dict, path: str) -> None:
+    """Bar chart of the ratios (torch time / ours) per configuration (matplotlib, Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in result["configs"] if e.get("ratio_fwd")]
+    names = [e["config"]["name"] for e in entries]
+    xs = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(names) + 2), 4.5))
+    ax.bar(xs - 0.2, [e["ratio_fwd"] for e in entries], 0.4, label="forward")
+    ax.bar(xs + 0.2, [e["ratio_fwd_bwd"] for e in entries], 0.4, label="forward+backward")
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(names, rotation=35, ha="right")
+    ax.set_ylabel("PyTorch time / pyrnn_cl time")
+    m = result["machine"]
+    ax.set_title(f"pyrnn_cl vs torch {m['torch']}, {m['threads']} threads, {m['device']}",
+                 fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+# }}}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pyrnn-cl bench",
+        description="Time LSTM/GRU/RNN forward and forward+backward on an OpenCL device against "
+                    "PyTorch (same run, same thread count).")
+    p.add_argument("--configs", metavar="NAMES", action="append",
+                   help="comma-separated configuration names (repeatable); default: all. "
+                        "Known: " + ", ".join(c.name for c in CONFIGS))
+    p.add_argument("--quick", action="store_true",
+                   help="only a few small configurations (" + ", ".join(QUICK) + ")")
+    p.add_argument("--list", action="store_true", help="list the configurations and exit")
+    p.add_argument("--device", metavar="SPEC", help="device spec (as PYRNN_CL_DEVICE)")
+    p.add_argument("--json", metavar="PATH", help="write the full results as JSON")
+    p.add_argument("--png", metavar="PATH", help="write a bar chart of the ratios (matplotlib)")
+    p.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="timed repetitions per measurement (default 5; median and min reported)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="threads for PoCL (POCL_MAX_PTHREAD_COUNT), NumPy's BLAS and torch "
+                        "(default: the device's compute units)")
+    p.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pyrnn-cl bench [options]``; returns the exit status (0 ok, 1 a configuration failed,
+    2 bad arguments)."""
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.list:
+        for c in CONFIGS:
+            print(f"{c.name:16s} {c.cell:8s} H={c.H:<5d} I={c.I:<5d} N={c.N:<3d} T={c.T:<4d} "
+                  f"{c.layers}x{c.directions}  {c.why}")
+        return 0
+    if args.repeat < 1:
+        parser.error(f"--repeat: got {args.repeat}, expected >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads: got {args.threads}, expected >= 1")
+        # read by PoCL when the platform is first opened (PoCL >= 4 also reads the new name)
+        os.environ["POCL_MAX_PTHREAD_COUNT"] = str(args.threads)
+        os.environ["POCL_CPU_MAX_CU_COUNT"] = str(args.threads)
+    names = None
+    if args.configs:
+        names = [n.strip() for group in args.configs for n in group.split(",") if n.strip()]
+    elif args.quick:
+        names = list(QUICK)
+    try:
+        configs = _resolve_configs(names) if names else list(CONFIGS)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.repeat < 5:
+        print(f"note: --repeat {args.repeat} is below the 5 repetitions the methodology asks "
+              "for", file=sys.stderr)
+    result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
+                       compare_torch=not args.no_torch, progress=not args.no_progress)
+    print(format_table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.png:
+        write_png(result, args.png)
+    return 1 if result["summary"]["errors"] else 0

@@ -1,0 +1,105 @@
+"""Smoke tests of ``pyrnn-cl bench`` (pyrnn_cl/bench.py): result structure, FLOP counts,
+weight mapping to PyTorch (the forward outputs must agree), command-line options.
+
+No timing assertions: the numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from pyrnn_cl import bench
+from pyrnn_cl.bench import BenchConfig
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+TINY = [
+    BenchConfig("smoke-lstm", "lstm", H=16, I=8, N=3, T=4),
+    BenchConfig("smoke-gru", "gru", H=8, I=5, N=2, T=3),
+    BenchConfig("smoke-relu", "rnn_relu", H=8, I=8, N=2, T=3),
+    BenchConfig("smoke-bi2", "lstm", H=8, I=4, N=2, T=3, layers=2, directions=2),
+]
+
+
+def test_flop_counts():
+    """2 G H N T (I_l + H) per layer and direction; layer 2 of a bidirectional net reads 2H."""
+    c = BenchConfig("x", "lstm", H=16, I=8, N=2, T=3)
+    assert c.flops_forward() == 2 * 4 * 16 * 2 * 3 * (8 + 16)
+    assert c.flops_recurrent() == 2 * 4 * 16 * 16 * 2 * 3
+    b = BenchConfig("y", "gru", H=8, I=4, N=2, T=3, layers=2, directions=2)
+    per = 2 * 3 * 8 * 2 * 3
+    assert b.flops_forward() == 2 * per * (4 + 8) + 2 * per * (16 + 8)
+    assert b.flops_recurrent() == 4 * 2 * 3 * 8 * 8 * 2 * 3
+
+
+def test_config_names_unique_and_quick_known():
+    names = [c.name for c in bench.CONFIGS]
+    assert len(names) == len(set(names))
+    assert set(bench.QUICK) <= set(names)
+    with pytest.raises(ValueError, match="unknown configuration"):
+        bench.run_bench(["no-such-config"], compare_torch=False)
+
+
+def test_memory_estimate_counts_buffers():
+    c = BenchConfig("x", "lstm", H=16, I=8, N=2, T=3)
+    m = bench.memory_estimate(c)
+    # reserve = saved gates [T][N][4H] + h and c sequences [T][N][H], float32
+    assert m["reserve"] == 4 * (3 * 2 * 64 + 2 * 3 * 2 * 16)
+    assert all(isinstance(v, int) and v > 0 for v in m.values())
+
+
+def test_run_bench_structure(device):
+    result = bench.run_bench(TINY, device=device, repeat=1, warmup=1, threads=1)
+    assert result["machine"]["device"] == device.info.name
+    assert result["numpy_sgemm_1024_gflops"]["median"] > 0
+    assert len(result["configs"]) == len(TINY)
+    for entry, cfg in zip(result["configs"], TINY):
+        assert entry["error"] is None, entry["error"]
+        assert entry["config"]["name"] == cfg.name
+        ours = entry["ours"]
+        for key in ("fwd", "fwd_bwd"):
+            assert len(ours[key]["all_ms"]) == 1
+            assert ours[key]["min_ms"] > 0
+        assert ours["gflops_fwd"] > 0 and ours["us_per_step_fwd"] > 0
+        assert entry["flops"]["fwd_bwd"] == 3 * entry["flops"]["forward"]
+        if HAS_TORCH:
+            assert entry["ratio_fwd"] > 0 and entry["ratio_fwd_bwd"] > 0
+            # same weights on both sides: the forward outputs agree (float32)
+            assert entry["max_abs_diff_vs_torch"] < 1e-4, cfg.name
+        else:
+            assert entry["torch"] is None and entry["ratio_fwd"] is None
+    assert result["summary"]["errors"] == 0
+    table = bench.format_table(result)
+    for cfg in TINY:
+        assert cfg.name in table
+    json.dumps(result)     # JSON-ready
+
+
+def test_main_list_and_bad_arguments(capsys):
+    assert bench.main(["--list"]) == 0
+    assert "tiny-latency" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--configs", "nope"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        bench.main(["--repeat", "0"])
+
+
+def test_main_writes_json_and_png(device, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "CONFIGS", (TINY[0],))
+    out = tmp_path / "r.json"
+    argv = ["--configs", "smoke-lstm", "--repeat", "1", "--json", str(out), "--no-progress",
+            "--device", f"{device.info.index}"]
+    png = None
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = tmp_path / "r.png"
+        argv += ["--png", str(png)]
+    assert bench.main(argv) == 0
+    assert "smoke-lstm" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["configs"][0]["config"]["name"] == "smoke-lstm"
+    if png is not None and HAS_TORCH:
+        assert png.stat().st_size > 0
