@@ -1151,13 +1151,14 @@ def test_fd_cudnn_flat_params():
 # TF block ops
 
 
-def _tf_lstm_inputs(seed, n=N, scale=0.4):
+def _tf_lstm_inputs(seed, steps=None, scale=0.4):
+    """LSTMBlockCell inputs (x [N,I]), or BlockLSTM inputs (x [steps,N,I])."""
     rng = _rng(seed)
     r = lambda *s: scale * rng.standard_normal(s)  # noqa: E731
     return dict(
-        x=r(n, I),
-        cs_prev=r(n, H),
-        h_prev=r(n, H),
+        x=r(N, I) if steps is None else r(steps, N, I),
+        cs_prev=r(N, H),
+        h_prev=r(N, H),
         w=r(I + H, 4 * H),
         wci=r(H),
         wcf=r(H),
@@ -1241,26 +1242,11 @@ def test_lstm_block_cell_forward_equations():
     assert all(np.array_equal(p, q) for p, q in zip(a1, a2))
 
 
-def _block_seq_inputs(seed, scale=0.4):
-    rng = _rng(seed)
-    r = lambda *s: scale * rng.standard_normal(s)  # noqa: E731
-    return dict(
-        x=r(T, N, I),
-        cs_prev=r(N, H),
-        h_prev=r(N, H),
-        w=r(I + H, 4 * H),
-        wci=r(H),
-        wcf=r(H),
-        wco=r(H),
-        b=r(4 * H),
-    )
-
-
 @pytest.mark.parametrize("v2", [False, True])
 @pytest.mark.parametrize("seq_len_max", [T, 3, 0])
 @pytest.mark.parametrize("use_peephole", [False, True])
 def test_fd_block_lstm(v2, seq_len_max, use_peephole):
-    inputs = _block_seq_inputs(41)
+    inputs = _tf_lstm_inputs(41, steps=T)
     fwd_op, grad_op = (
         (TF.block_lstm_v2, TF.block_lstm_grad_v2) if v2 else (TF.block_lstm, TF.block_lstm_grad)
     )
@@ -1292,7 +1278,7 @@ def test_fd_block_lstm(v2, seq_len_max, use_peephole):
 def test_block_lstm_clip_active_is_straight_through():
     """Active cell_clip: forward clamps cs, gradient treats the clamp as identity (TF's kernel)."""
     torch = _torch()
-    inp = _block_seq_inputs(42, scale=1.2)
+    inp = _tf_lstm_inputs(42, steps=T, scale=1.2)
     inp["b"][H : 2 * H] += 2.0
     inp["b"][2 * H : 3 * H] += 3.0  # f≈1, i·ci large -> cs grows past the clip
     clip = 1.5
@@ -1398,7 +1384,7 @@ def test_tf_gru_block_cell_is_one_mps_gru_step():
 def test_block_lstm_is_mps_lstm(v2):
     """BlockLSTMV2 (IFCO, clip 0, no peephole) = MPS LSTM [i,f,z,o] with W = w[:I]ᵀ, R = w[I:]ᵀ;
     BlockLSTM (ICFO) = MPS LSTM forget_gate_last [i,z,f,o] with forget_bias folded into b_f."""
-    inp = _block_seq_inputs(71, scale=0.6)
+    inp = _tf_lstm_inputs(71, steps=T, scale=0.6)
     g_h = _rng(72).standard_normal((T, N, H))
     g_cT = _rng(73).standard_normal((N, H))
     if v2:
