@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import needs_fp64  # noqa: E402
 from reference import fd  # noqa: E402
 from reference import tf_ref as TF  # noqa: E402
 
@@ -427,7 +426,8 @@ def test_block_lstm_grad_batch_mismatch(device, name):
     p = _lstm32()
     fw = {k: _f32((T, N, H)) for k in ("i", "cs", "f", "o", "ci", "co", "h", "cs_grad", "h_grad")}
     fw[name] = _f32((T, N + 1, H))
-    with pytest.raises(rc.ShapeError, match=rf"{name}: got shape \[5, 4, 4\], expected \[5, 3, 4\]"):
+    msg = rf"{name}: got shape \[5, 4, 4\], expected \[5, 3, 4\]"
+    with pytest.raises(rc.ShapeError, match=msg):
         rc.block_lstm_grad(T, *_args(p, LSTM_ARGS), *fw.values(), device=device)
 
 
@@ -504,15 +504,16 @@ def test_seq_len_max_integer_kinds(device, value):
 
 def test_docstrings_state_the_errata():
     doc = rc.gru_block_cell_grad.__doc__
-    for text in ("w_u_x", "w_u_h_prev", "d_h ∘ u", "h_prev − c", "swapped", "d_r̄ = d_hr ⊙ h_prev ⊙ r ⊙ (1 − r)",
-                 "single bias", "vertical stack", "Hadamard", "d_h_prev = d_hp1 + d_hr ⊙ r + d_h ⊙ u",
-                 "d_ū = d_h ⊙ (h_prev − c) ⊙ u ⊙ (1 − u)"):
+    for text in ("w_u_x", "w_u_h_prev", "d_h ∘ u", "h_prev − c", "swapped", "single bias",
+                 "vertical stack", "Hadamard", "d_r̄ = d_hr ⊙ h_prev ⊙ r ⊙ (1 − r)",
+                 "d_h_prev = d_hp1 + d_hr ⊙ r + d_h ⊙ u", "d_ū = d_h ⊙ (h_prev − c) ⊙ u ⊙ (1 − u)"):
         assert text in doc, text
     assert "swap" in rc.gru_block_cell_weight_grads.__doc__
     assert "d_w_c  = [x, h_prev ⊙ r]ᵀ · d_c̄" in rc.gru_block_cell_weight_grads.__doc__
     assert "straight-through" in rc.lstm_block_cell_grad.__doc__
     assert "zero in **every** output" in rc.block_lstm.__doc__
-    assert "IFCO" in rc.block_lstm_grad_v2.__doc__ and "wrong gradients" in rc.block_lstm_grad_v2.__doc__
+    doc_v2 = rc.block_lstm_grad_v2.__doc__
+    assert "IFCO" in doc_v2 and "wrong gradients" in doc_v2
     for name in tf_ops.__all__:
         assert getattr(rc, name) is getattr(tf_ops, name)
         assert "seq_len_max" in getattr(rc, name).__doc__ or "block_lstm" not in name
