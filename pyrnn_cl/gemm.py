@@ -21,18 +21,25 @@ group along dimension 0; host only).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyopencl as cl
 
 from .errors import ShapeError
 
-__all__ = ["gemm", "sum_rows"]
+__all__ = ["gemm", "sum_rows", "release_scratch"]
 
-# Defaults of the host-only tunables; kernel tunables default in the .cl files.
-_DEFAULT_WG = 8
+# Defaults of the host-only tunables (work-group sizes along dimension 0, packing thresholds in
+# multiply-adds m*n*k*batch and rows m); kernel tunables also default in the .cl files.
+_DEFAULT_HOST = {"GEMM_WG": 8, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 64}
+_FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
+_SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _DEFAULT_KERNEL = {1: {"GEMM_TM": 6, "GEMM_TN": 32, "GEMM_VW": 16}, 2: {"GEMM_TM": 6, "GEMM_TN": 16, "GEMM_VW": 8}}
-_DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16}, 2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8}}
-_KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_MFAST", "GEMM_FMA")
+_DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16, "GEMM_PACK_KC": 16},
+                2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8, "GEMM_PACK_KC": 16}}
+_KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
+                "GEMM_PACK_KC")
 _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
 _REDUCE_DEFAULT = {"REDUCE_VW": 16}
@@ -51,23 +58,97 @@ def _dtype_code(dtype) -> int:
     raise TypeError(f"dtype must be float32 or float64, got {dtype}")
 
 
-def _gemm_config(device, code: int) -> tuple[dict, int]:
-    """(defines for gemm.cl, work-group size along dimension 0) for ``device`` and dtype ``code``."""
+def _gemm_config(device, code: int) -> tuple[dict, dict]:
+    """(defines for gemm.cl, host tunables) for ``device`` and dtype ``code``."""
     tuning = dict(device.tuning("gemm" if code == 1 else "gemm_f64") or {})
     defines = dict(_DEFAULT_KERNEL[code])
     defines.update(_DEFAULT_DOT[code])
     defines.update({key: int(tuning[key]) for key in _KERNEL_KEYS if key in tuning})
-    wg = int(tuning.get("GEMM_WG", _DEFAULT_WG))
     # Keep the combination valid whatever the table says: vector widths OpenCL has, and GEMM_TN
     # a positive multiple of GEMM_VW.
     for key in ("GEMM_VW", "GEMM_DVW"):
         if defines[key] not in _VECTOR_WIDTHS:
             defines[key] = max(w for w in _VECTOR_WIDTHS if w <= max(1, defines[key]))
     defines["GEMM_TN"] = max(1, defines["GEMM_TN"] // defines["GEMM_VW"]) * defines["GEMM_VW"]
-    for key in ("GEMM_TM", "GEMM_DTM", "GEMM_DTN"):
+    for key in ("GEMM_TM", "GEMM_DTM", "GEMM_DTN", "GEMM_PACK_KC"):
         defines[key] = max(1, defines[key])
     defines["PYRNN_DTYPE"] = code
-    return defines, max(1, wg)
+    host = dict(_DEFAULT_HOST)
+    host.update({key: int(tuning[key]) for key in _DEFAULT_HOST if key in tuning})
+    host["GEMM_WG"] = max(1, host["GEMM_WG"])
+    host["GEMM_PACK_WG"] = max(1, host["GEMM_PACK_WG"])
+    host["GEMM_PACK_KC"] = defines["GEMM_PACK_KC"]
+    return defines, host
+
+
+def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]:
+    """(pack op(A), pack op(B)): packing copies an operand into tile panels ([tiles][k][tile])
+    so that the outer kernel reads it sequentially; worth it once the multiply is large."""
+    if _FORCE_PACK is not None:
+        pack_p, pack_q = _FORCE_PACK
+    else:
+        work = m * n * k * batch
+        pack_p = work >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]
+        pack_q = work >= host["GEMM_PACK_MIN"]
+    if pack_p and trans_b:
+        pack_q = True  # the outer kernel reads an unpacked Q only along contiguous rows
+    return pack_p, pack_q
+
+
+def _pack(prog, queue, host, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst, dst_off,
+          events):
+    """Enqueue pyrnn_gemm_pack: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]."""
+    from .programs import enqueue
+
+    tiles = -(-rows // tile)
+    kernel = prog.kernel("pyrnn_gemm_pack")
+    panel = tiles * tile * k
+    nb = batch if x_batch else 1
+    kernel.set_args(_I32(rows), _I32(k), _I32(tile), x, _I64(x_off), _I64(x_sr), _I64(x_sk),
+                    _I64(x_batch), dst, _I64(dst_off), _I64(panel))
+    wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size("pyrnn_gemm_pack")))
+    chunks = -(-k // host["GEMM_PACK_KC"])
+    return enqueue(queue, kernel, (_round_up(chunks, wg), tiles, nb), (wg, 1, 1),
+                   wait_for=events or None)
+
+
+class _Scratch:
+    """Packing buffer, one per (thread, queue) and grown on demand, so concurrent threads never
+    share one; requests above ``_SCRATCH_KEEP`` bytes get a buffer of their own (freed by
+    OpenCL once the kernels using it are done). ``last_event`` is the last launch that read it
+    (waited for by the next pack on an out-of-order queue)."""
+
+    _local = threading.local()
+
+    def __init__(self, buf, nbytes, queue):
+        self.buf, self.nbytes, self.queue, self.last_event = buf, nbytes, queue, None
+
+    @classmethod
+    def get(cls, device, code, nbytes):
+        queue = device.queue
+        nbytes = max(64, int(nbytes))
+        if nbytes > _SCRATCH_KEEP:
+            return cls(cl.Buffer(device.context, cl.mem_flags.READ_WRITE, nbytes), nbytes, queue)
+        table = getattr(cls._local, "table", None)
+        if table is None:
+            table = cls._local.table = {}
+        key = queue.int_ptr
+        entry = table.get(key)
+        if entry is None or entry.queue is not queue and entry.queue != queue:
+            entry = None
+        if entry is None or entry.nbytes < nbytes:
+            size = max(nbytes, 2 * entry.nbytes if entry is not None else 0)
+            size = min(max(size, nbytes), _SCRATCH_KEEP)
+            entry = cls(cl.Buffer(device.context, cl.mem_flags.READ_WRITE, size), size, queue)
+            if len(table) >= 4 and key not in table:
+                table.pop(next(iter(table)))
+            table[key] = entry
+        return entry
+
+
+def release_scratch() -> None:
+    """Drop this thread's packing buffers (they are re-created on the next large ``gemm``)."""
+    _Scratch._local.table = {}
 
 
 def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObject, int]:
@@ -154,50 +235,87 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         _check_extent("a", a_buf, itemsize, a_off, a_rows, a_cols, lda, batch, stride_a)
         _check_extent("b", b_buf, itemsize, b_off, b_rows, b_cols, ldb, batch, stride_b)
 
-    defines, wg = _gemm_config(device, code)
+    defines, host = _gemm_config(device, code)
     prog = get_program(device, "gemm.cl", defines)
+    queue = device.queue
     alpha_v, beta_v = dtype.type(alpha), dtype.type(beta)
+    tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
+    wg = host["GEMM_WG"]
 
-    if trans_b and not trans_a:
-        # NT: C[i, j] = sum_k A[i, k] B[j, k]
+    # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
+    a_si, a_sk = (1, lda) if trans_a else (lda, 1)
+    b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
+    pack_p, pack_q = _choose_packing(host, m, n, k, batch, trans_a, trans_b)
+    events = list(wait_for or [])
+    out_of_order = bool(queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+
+    if not (pack_p or pack_q) and trans_b and not trans_a:
+        # NT without packing: rows of A and B are both contiguous along k
         name = "pyrnn_gemm_dot"
-        rows, cols, tm, tn = m, n, defines["GEMM_DTM"], defines["GEMM_DTN"]
+        tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
+        mfast = 1
         args = (
-            _I32(m), _I32(n), _I32(k), alpha_v, beta_v,
+            _I32(m), _I32(n), _I32(k), _I32(mfast), alpha_v, beta_v,
             a_buf, _I64(a_off), _I64(lda), _I64(stride_a),
             b_buf, _I64(b_off), _I64(ldb), _I64(stride_b),
             c_buf, _I64(c_off), _I64(ldc), _I64(1), _I64(stride_c),
         )
     else:
         name = "pyrnn_gemm_outer"
-        tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
-        if not trans_b:
-            # NN / TN: P = op(A) through strides, Q = B, D = C
-            rows, cols = m, n
-            p_si, p_sk = (1, lda) if trans_a else (lda, 1)
-            args = (
-                _I32(m), _I32(n), _I32(k), alpha_v, beta_v,
-                a_buf, _I64(a_off), _I64(p_si), _I64(p_sk), _I64(stride_a),
-                b_buf, _I64(b_off), _I64(ldb), _I64(stride_b),
-                c_buf, _I64(c_off), _I64(ldc), _I64(1), _I64(stride_c),
-            )
-        else:
-            # TT: C^T[j, i] = sum_k B[j, k] A[k, i]; P = B (stored [n x k]), Q = A (stored [k x m])
+        if not (pack_p or pack_q) and trans_b:
+            # TT without packing: C^T = B A, so P = B (rows along k), Q = A (rows along m)
             rows, cols = n, m
-            args = (
-                _I32(n), _I32(m), _I32(k), alpha_v, beta_v,
-                b_buf, _I64(b_off), _I64(ldb), _I64(1), _I64(stride_b),
-                a_buf, _I64(a_off), _I64(lda), _I64(stride_a),
-                c_buf, _I64(c_off), _I64(1), _I64(ldc), _I64(stride_c),
-            )
-
-    tiles_r, tiles_c = -(-rows // tm), -(-cols // tn)
-    if not defines.get("GEMM_MFAST", 1):
-        tiles_r, tiles_c = tiles_c, tiles_r
+            p = (b_buf, b_off, tm * ldb, ldb, 1, stride_b)
+            q = (a_buf, a_off, tn, lda, m, stride_a)
+            d = (c_off, 1, ldc)
+        else:
+            rows, cols = m, n
+            mt, nt = -(-m // tm), -(-n // tn)
+            p_elems = mt * tm * k * (batch if stride_a else 1)
+            q_elems = nt * tn * k * (batch if stride_b else 1)
+            q_start = _round_up(p_elems, 16) if pack_p else 0
+            scratch = None
+            if pack_p or pack_q:
+                scratch = _Scratch.get(device, code, (q_start + q_elems if pack_q else p_elems) * itemsize)
+                if out_of_order and scratch.last_event is not None:
+                    events.append(scratch.last_event)
+            pack_events = []
+            if pack_p:
+                pack_events.append(_pack(prog, queue, host, m, k, tm, a_buf, a_off, a_si, a_sk,
+                                         stride_a, batch, scratch.buf, 0, events))
+                p = (scratch.buf, 0, k * tm, 1, tm, mt * tm * k if stride_a else 0)
+            else:
+                p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
+            if pack_q:
+                # op(B) packed as rows j of op(B)^T: X[j, kk] = b[j*b_sj + kk*b_sk]
+                pack_events.append(_pack(prog, queue, host, n, k, tn, b_buf, b_off, b_sj, b_sk,
+                                         stride_b, batch, scratch.buf, q_start, events))
+                q = (scratch.buf, q_start, k * tn, tn, nt * tn, nt * tn * k if stride_b else 0)
+            else:
+                q = (b_buf, b_off, tn, b_sk, n, stride_b)
+            d = (c_off, ldc, 1)
+            if out_of_order and pack_events:
+                events = events + pack_events
+        tiles = (-(-rows // tm), -(-cols // tn))
+        # a work-group shares the operand its work-items read the same part of: Q (mfast)
+        # unless P is the strided one
+        mfast = 0 if (p[4] != 1 and p[3] == 1 and not pack_p) else 1
+        args = (
+            _I32(rows), _I32(cols), _I32(k), _I32(mfast), alpha_v, beta_v,
+            p[0], _I64(p[1]), _I64(p[2]), _I64(p[3]), _I64(p[4]), _I64(p[5]),
+            q[0], _I64(q[1]), _I64(q[2]), _I64(q[3]), _I32(q[4]), _I64(q[5]),
+            c_buf, _I64(d[0]), _I64(d[1]), _I64(d[2]), _I64(stride_c),
+        )
+        if pack_p or pack_q:
+            scratch_ref = scratch
+    g0, g1 = tiles if mfast else tiles[::-1]
     wg = max(1, min(wg, prog.work_group_size(name)))
     kernel = prog.kernel(name)
     kernel.set_args(*args)
-    enqueue(device.queue, kernel, (_round_up(tiles_r, wg), tiles_c, batch), (wg, 1, 1), wait_for=wait_for)
+    event = enqueue(queue, kernel, (_round_up(g0, wg), g1, batch), (wg, 1, 1),
+                    wait_for=events or None)
+    if name == "pyrnn_gemm_outer" and (pack_p or pack_q):
+        scratch_ref.last_event = event
     return None
 
 

@@ -14,6 +14,7 @@ cla = pytest.importorskip("pyopencl.array")
 from pyrnn_cl import programs  # noqa: E402
 from pyrnn_cl.devices import Device, get_device  # noqa: E402
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
+import pyrnn_cl.gemm as gemm_module  # noqa: E402
 from pyrnn_cl.gemm import gemm, sum_rows  # noqa: E402
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
@@ -162,6 +163,62 @@ def test_offsets_leading_dims_batch(dev, dtype, ta, tb):
     np.testing.assert_array_equal(got[mask], big_c[mask])
 
 
+PACKINGS = [(False, False), (True, True), (False, True), (True, False)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_every_path(dev, dtype, pack, ta, tb, monkeypatch):
+    """Each way of running a product (direct kernels, one or both operands packed into tile
+    panels first) on awkward shapes; large products pick a path by size, small ones are forced."""
+    _need(dev, dtype)
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
+    rng = np.random.default_rng(8)
+    for m, n, k in [(1, 1, 1), (7, 33, 257), (127, 129, 13), (33, 1, 64), (65, 63, 1), (2, 3, 40)]:
+        for alpha, beta, nan_c in ((1.0, 0.0, True), (0.75, -1.25, False)):
+            out, ref = _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=nan_c)
+            assert _rel(out, ref) <= TOL[dtype], (m, n, k)
+
+
+@pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_every_path_batched(dev, pack, ta, tb, monkeypatch):
+    """Batched products through each path, with padded leading dimensions and broadcast B."""
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
+    rng = np.random.default_rng(9)
+    q = dev.queue
+    m, n, k, batch = 21, 35, 18, 3
+    a_rows, a_cols = (k, m) if ta else (m, k)
+    b_rows, b_cols = (n, k) if tb else (k, n)
+    lda, ldb = a_cols + 2, b_cols + 3
+    As = rng.standard_normal((batch, a_rows, lda)).astype(np.float32)
+    B = rng.standard_normal((b_rows, ldb)).astype(np.float32)
+    c = cla.zeros(q, (batch, m, n), np.float32)
+    gemm(dev, np.float32, m, n, k, _dev_array(q, As), _dev_array(q, B), c, trans_a=ta,
+         trans_b=tb, lda=lda, ldb=ldb, batch=batch, stride_a=a_rows * lda, stride_b=0,
+         stride_c=m * n)
+    ref = np.stack([_op(A[:, :a_cols], ta).astype(np.float64) @ _op(B[:, :b_cols], tb)
+                    for A in As])
+    assert _rel(c.get(), ref) <= 1e-5
+
+
+def test_large_products_pick_packing(dev):
+    """Products above the packing threshold run 3 kernels (2 packs + multiply); small ones 1."""
+    rng = np.random.default_rng(10)
+    q = dev.queue
+    m, n, k = 200, 160, 150
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((n, k)).astype(np.float32)
+    c = cla.zeros(q, (m, n), np.float32)
+    before = programs.launch_count()
+    gemm(dev, np.float32, m, n, k, _dev_array(q, A), _dev_array(q, B), c, trans_b=True)
+    launches = programs.launch_count() - before
+    _, host = gemm_module._gemm_config(dev, 1)
+    assert launches == (3 if m * n * k >= host["GEMM_PACK_MIN"] else 1)
+    assert _rel(c.get(), A.astype(np.float64) @ B.T) <= 1e-5
+
+
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
 def test_batch_broadcast_a(dev, ta, tb):
     """stride_a = 0: one A for every batch entry (e.g. shared weights)."""
@@ -180,22 +237,25 @@ def test_batch_broadcast_a(dev, ta, tb):
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
 def test_other_tile_configs(dev, ta, tb, monkeypatch):
     """The kernels are correct for tunables other than the defaults (scalar and narrow vectors,
-    odd tiles, column-fast order)."""
+    odd tiles and pack chunks), on every path."""
     rng = np.random.default_rng(5)
     for tuning in (
         {"GEMM_TM": 3, "GEMM_TN": 8, "GEMM_VW": 4, "GEMM_DTM": 3, "GEMM_DTN": 2, "GEMM_DVW": 4,
-         "GEMM_MFAST": 0, "GEMM_WG": 3},
+         "GEMM_WG": 3, "GEMM_PACK_KC": 5, "GEMM_PACK_WG": 2},
         {"GEMM_TM": 1, "GEMM_TN": 1, "GEMM_VW": 1, "GEMM_DTM": 1, "GEMM_DTN": 1, "GEMM_DVW": 1,
-         "GEMM_FMA": 0, "GEMM_WG": 1},
+         "GEMM_FMA": 0, "GEMM_WG": 1, "GEMM_PACK_KC": 1, "GEMM_PACK_WG": 1},
     ):
         other = Device(dev.cl_device, context=dev.context, queue=dev.queue, info=dev.info)
         monkeypatch.setattr(other, "tuning", lambda family, t=tuning: dict(t))
-        for m, n, k in [(1, 1, 1), (13, 17, 19), (40, 9, 33)]:
-            out, ref = _run(other, np.float32, m, n, k, ta, tb, 1.25, 0.5, rng)
-            assert _rel(out, ref) <= 1e-5, (tuning, m, n, k)
+        for pack in PACKINGS:
+            monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
+            for m, n, k in [(1, 1, 1), (13, 17, 19), (40, 9, 33)]:
+                out, ref = _run(other, np.float32, m, n, k, ta, tb, 1.25, 0.5, rng)
+                assert _rel(out, ref) <= 1e-5, (tuning, pack, m, n, k)
 
 
-def test_one_launch_per_call(dev):
+def test_one_launch_per_call(dev, monkeypatch):
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", (False, False))
     q = dev.queue
     a = cla.zeros(q, (64, 64), np.float32)
     c = cla.zeros(q, (64, 64), np.float32)

@@ -61,8 +61,8 @@
 #ifndef GEMM_FMA
 #define GEMM_FMA 1         // 1: multiply-add with fma() (one rounding, a single instruction where the
 #endif                     //    hardware has FMA); 0: mad() (PoCL emits a separate multiply and add)
-#ifndef GEMM_MFAST
-#define GEMM_MFAST 1       // 1: global dim 0 runs over row tiles (work-items of a group share Q); 0: over column tiles
+#ifndef GEMM_PACK_KC
+#define GEMM_PACK_KC 16    // pack: k values per work-item
 #endif
 
 // ---- scalar / vector types ---------------------------------------------------------------------
@@ -120,30 +120,35 @@ PYRNN_FUNC GEMM_T gemm_hsum(GEMM_DV v) {
 
 // =================================================================================================
 // outer-product kernel: acc[i][v] += P[i, kk] * Q[kk, j0 + v*VW .. +VW]
+//
+// Row tile mt of P starts at p + mt*p_st; its row i at + i*p_si, element kk at + kk*p_sk.
+// Column tile nt of Q starts at q + nt*q_st; its row kk at + kk*q_sk, columns contiguous.
+//   plain P: p_st = GEMM_TM*p_si          packed P ([tiles][k][GEMM_TM]): p_st = k*GEMM_TM, p_si = 1, p_sk = GEMM_TM
+//   plain Q: q_st = GEMM_TN, q_sk = ldq   packed Q ([tiles][k][GEMM_TN]): q_st = k*GEMM_TN, q_sk = GEMM_TN
+// Columns j < nq of Q are readable (nq = n for plain Q, n rounded up to GEMM_TN for packed Q).
+// mfast != 0: global dimension 0 runs over row tiles (a work-group shares its Q panel).
 // =================================================================================================
-__kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM_T alpha, const GEMM_T beta,
-                               const __global GEMM_T* restrict p, const long p_off, const long p_si,
-                               const long p_sk, const long p_batch,
-                               const __global GEMM_T* restrict q, const long q_off, const long ldq,
-                               const long q_batch,
+__kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int mfast,
+                               const GEMM_T alpha, const GEMM_T beta,
+                               const __global GEMM_T* restrict p, const long p_off, const long p_st,
+                               const long p_si, const long p_sk, const long p_batch,
+                               const __global GEMM_T* restrict q, const long q_off, const long q_st,
+                               const long q_sk, const int nq, const long q_batch,
                                __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
                                const long d_batch) {
-#if GEMM_MFAST
-  const int mt = get_global_id(0), nt = get_global_id(1);
-#else
-  const int nt = get_global_id(0), mt = get_global_id(1);
-#endif
+  const int g0 = get_global_id(0), g1 = get_global_id(1);
+  const int mt = mfast ? g0 : g1, nt = mfast ? g1 : g0;
   const int i0 = mt * GEMM_TM, j0 = nt * GEMM_NR;
   if (i0 >= m || j0 >= n) return;
   const long bi = get_global_id(2);
-  p += p_off + bi * p_batch;
-  q += q_off + bi * q_batch;
+  p += p_off + bi * p_batch + mt * p_st;
+  q += q_off + bi * q_batch + nt * q_st;
   d += d_off + bi * d_batch;
 
   // row pointers of P (rows beyond m clamped to m - 1: loaded, never stored)
   const __global GEMM_T* prow[GEMM_TM];
   #pragma unroll
-  for (int i = 0; i < GEMM_TM; ++i) prow[i] = p + (long)min(i0 + i, m - 1) * p_si;
+  for (int i = 0; i < GEMM_TM; ++i) prow[i] = p + min(i, m - 1 - i0) * p_si;
 
   GEMM_V acc[GEMM_TM][GEMM_TNV];
   #pragma unroll
@@ -152,8 +157,8 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
     for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = (GEMM_V)0;
   }
 
-  const __global GEMM_T* qk = q + j0;
-  if (j0 + GEMM_NR <= n) {
+  const __global GEMM_T* qk = q;
+  if (j0 + GEMM_NR <= nq) {
     // full column tile: contiguous vector loads of Q
     for (int kk = 0; kk < k; ++kk) {
       GEMM_V bv[GEMM_TNV];
@@ -166,7 +171,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
         #pragma unroll
         for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = GEMM_MAD(av, bv[v], acc[i][v]);
       }
-      qk += ldq;
+      qk += q_sk;
     }
   } else {
     // column tile crossing n: element-wise loads with clamped column index
@@ -189,7 +194,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
         #pragma unroll
         for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = GEMM_MAD(av, bv[v], acc[i][v]);
       }
-      qk += ldq;
+      qk += q_sk;
     }
   }
 
@@ -230,18 +235,16 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const GEMM
 // =================================================================================================
 // dot-product kernel: acc[i][j] += P[i, kk .. kk+DVW] * Q[j, kk .. kk+DVW], summed at the end
 // =================================================================================================
-__kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const GEMM_T alpha, const GEMM_T beta,
+__kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mfast,
+                             const GEMM_T alpha, const GEMM_T beta,
                              const __global GEMM_T* restrict p, const long p_off, const long ldp,
                              const long p_batch,
                              const __global GEMM_T* restrict q, const long q_off, const long ldq,
                              const long q_batch,
                              __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
                              const long d_batch) {
-#if GEMM_MFAST
-  const int mt = get_global_id(0), nt = get_global_id(1);
-#else
-  const int nt = get_global_id(0), mt = get_global_id(1);
-#endif
+  const int g0 = get_global_id(0), g1 = get_global_id(1);
+  const int mt = mfast ? g0 : g1, nt = mfast ? g1 : g0;
   const int i0 = mt * GEMM_DTM, j0 = nt * GEMM_DTN;
   if (i0 >= m || j0 >= n) return;
   const long bi = get_global_id(2);
@@ -297,6 +300,32 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const GEMM_T
     #pragma unroll
     for (int j = 0; j < GEMM_DTN; ++j) {
       if (j0 + j < n) GEMM_STORE1(drow + (long)(j0 + j) * d_sj, s[i][j]);
+    }
+  }
+}
+
+// =================================================================================================
+// pack kernel: xp[b][t][kk][tw] = X_b[t*tw + r, kk] (0 for rows >= rows), X[r, kk] = x[r*x_sr + kk*x_sk]
+// Global: (ceil(k / GEMM_PACK_KC), tiles, batch).  Packed operands make every load of the outer
+// kernel sequential (no power-of-two strides, no TLB misses) and need no edge handling.
+// =================================================================================================
+__kernel void pyrnn_gemm_pack(const int rows, const int k, const int tw,
+                              const __global GEMM_T* restrict x, const long x_off, const long x_sr,
+                              const long x_sk, const long x_batch,
+                              __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {
+  const int k0 = get_global_id(0) * GEMM_PACK_KC, t = get_global_id(1);
+  if (k0 >= k) return;
+  const long bi = get_global_id(2);
+  x += x_off + bi * x_batch + (long)k0 * x_sk;
+  xp += xp_off + bi * xp_batch + ((long)t * k + k0) * tw;
+  const int kn = min(GEMM_PACK_KC, k - k0);
+  for (int r = 0; r < tw; ++r) {
+    const int row = t * tw + r;
+    const __global GEMM_T* xr = x + (long)min(row, rows - 1) * x_sr;
+    if (row < rows) {
+      for (int kk = 0; kk < kn; ++kk) xp[kk * tw + r] = xr[kk * x_sk];
+    } else {
+      for (int kk = 0; kk < kn; ++kk) xp[kk * tw + r] = (GEMM_T)0;
     }
   }
 }
