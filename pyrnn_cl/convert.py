@@ -493,7 +493,7 @@ def onnx_to_canonical(op, W, R, B=None, *, linear_before_reset=None, P=None):
     D = W.shape[0]
     if D not in (1, 2) or W.shape[1] % G or W.shape[1] == 0:
         raise ShapeError(f"W: got shape {list(W.shape)}, expected [1 or 2, {G}*H, input_size]")
-    H, I = W.shape[1] // G, W.shape[2]
+    H = W.shape[1] // G
     R = _np("R", R)
     _expect("R", R, (D, G * H, H))
     B = np.zeros((D, 2 * G * H), W.dtype) if B is None else _np("B", B)

@@ -158,11 +158,43 @@ class _CudnnRNNFunction(torch.autograd.Function):
         return tuple(grads)
 
 
+class _DeviceRef:
+    """Holds ``cl_device``: shared (not copied) by ``copy.deepcopy``; pickled as its ``"P:D"``
+    spec, because OpenCL contexts and queues cannot be pickled."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device):
+        self.device = device
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        d = self.device
+        if d is None or isinstance(d, str):
+            return (_DeviceRef, (d,))
+        index = getattr(getattr(d, "info", None), "index", None)
+        if isinstance(index, str) and "?" not in index:
+            return (_DeviceRef, (index,))
+        raise TypeError(f"cl_device: {type(d).__name__} cannot be pickled; construct the module "
+                        "with a device spec string (e.g. cl_device='0:0') to save it whole")
+
+
 class _CLRNNMixin:
     """forward() of the three modules (the rest is torch.nn.RNNBase)."""
 
     def _cl_setup(self, cl_device):
-        self.cl_device = cl_device
+        self._cl_device_ref = _DeviceRef(cl_device)
+
+    @property
+    def cl_device(self):
+        """The OpenCL device of this module (``None``: pyrnn_cl's default device)."""
+        return self._cl_device_ref.device
+
+    @cl_device.setter
+    def cl_device(self, value):
+        self._cl_device_ref = _DeviceRef(value)
 
     def extra_repr(self):
         s = super().extra_repr()
@@ -217,7 +249,7 @@ class _CLRNNMixin:
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"input: got shape {list(x.shape)}, the last axis must be "
                              f"input_size={self.input_size}")
-        T, N = x.shape[0], x.shape[1]
+        N = x.shape[1]
         h0, c0 = self._initial_state(hx, lstm, batched, N, D, R, x)
 
         cfg = _Config()

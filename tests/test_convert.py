@@ -181,7 +181,8 @@ def test_torch_errors():
 def test_torch_prefix_without_torch():
     """A plain dict of NumPy arrays with a prefix (e.g. a model's sub-module) works too."""
     rng = _rng(5)
-    sd = {"enc.rnn.weight_ih_l0": _randn(rng, 3 * H, I), "enc.rnn.weight_hh_l0": _randn(rng, 3 * H, H),
+    sd = {"enc.rnn.weight_ih_l0": _randn(rng, 3 * H, I),
+          "enc.rnn.weight_hh_l0": _randn(rng, 3 * H, H),
           "enc.rnn.bias_ih_l0": _randn(rng, 3 * H), "enc.rnn.bias_hh_l0": _randn(rng, 3 * H),
           "enc.other.weight": np.zeros(2)}
     cfg = cv.torch_config(sd, prefix="enc.rnn.")

@@ -8,7 +8,6 @@ initial states per layer and direction, upstream gradients on output *and* final
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -291,3 +290,37 @@ def test_errors(device):
         y, _ = m(x)
     assert not y.requires_grad
     assert "cl_device" in repr(m)
+
+
+def test_deepcopy_shares_device_and_pickle_uses_spec(device):
+    import copy
+    import io
+
+    m = rt.GRU(I, H, num_layers=2, cl_device=device)
+    twin = copy.deepcopy(m)
+    assert twin.cl_device is device                      # OpenCL objects are shared, not copied
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=False)
+    assert back.cl_device == device.info.index           # pickled as its "P:D" spec
+    x = torch.randn(T, N, I)
+    with torch.no_grad():
+        assert torch.equal(back(x)[0], m(x)[0]) and torch.equal(twin(x)[0], m(x)[0])
+
+
+@pytest.mark.fp64
+def test_empty_sizes(device):
+    """N = 0 as torch.nn; T = 0 (torch.nn refuses it) gives an empty output and h_n = h_0."""
+    ours, ref = _pair("LSTM", dict(num_layers=2, bidirectional=True), device)
+    x = torch.randn(T, 0, I, dtype=torch.float64)
+    with torch.no_grad():
+        a, (ha, _) = ours(x)
+        b, (hb, _) = ref(x)
+    assert a.shape == b.shape and ha.shape == hb.shape
+    x = torch.randn(0, N, I, dtype=torch.float64, requires_grad=True)
+    h0, c0 = torch.randn(4, N, H, dtype=torch.float64), torch.randn(4, N, H, dtype=torch.float64)
+    y, (hn, cn) = ours(x, (h0, c0))
+    assert y.shape == (0, N, 2 * H) and torch.equal(hn, h0) and torch.equal(cn, c0)
+    (hn.sum() + y.sum()).backward()
+    assert x.grad.shape == x.shape
