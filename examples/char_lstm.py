@@ -25,7 +25,11 @@ import numpy as np
 import torch
 from torch import nn
 
-import pyrnn_cl.torch as rt
+try:
+    import pyrnn_cl.torch as rt
+except ImportError:        # a source checkout that is not pip-installed: use the repository's
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    import pyrnn_cl.torch as rt
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "alice_ch1.txt"
 
@@ -106,7 +110,7 @@ def save_png(losses, steps_per_epoch, vocab, path):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--steps", type=int, default=25, help="batches per epoch")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--embed", type=int, default=32)
