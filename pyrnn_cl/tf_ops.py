@@ -182,10 +182,6 @@ def _hadamard(call, a, b, rows, width):
     return out
 
 
-def _zeros_if_none(call, a, shape):
-    return call.zeros(shape) if a is None else a
-
-
 # ----------------------------------------------------------------------------------------------
 # GRU block cell
 
