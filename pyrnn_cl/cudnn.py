@@ -41,7 +41,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import engine
-from ._arrays import Call, check_choice, check_float, check_int, check_rank, check_shape, is_array
+from ._arrays import (Call, check_bool, check_choice, check_float, check_int, check_rank,
+                      check_shape, is_array)
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -98,7 +99,8 @@ def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, 
     check_float("dropout", dropout, 0.0, 1.0)
     check_int("seed", seed)
     check_int("seed2", seed2)
-    return lay.reserve_size(T, N) if is_training else 0
+    check_bool("time_major", time_major)
+    return lay.reserve_size(T, N) if check_bool("is_training", is_training) else 0
 
 
 def _dtype_of(named):
@@ -195,6 +197,41 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
 
 # ---- the op ---------------------------------------------------------------------------------
 
+def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
+    """Enqueue ``dst = src ⊙ mask`` for a time-major ``[T][N][W]`` layer output (``cl/dropout.cl``):
+    kept where the Philox word is ``≥ ceil(p·2^32)``, scaled by ``1/(1-p)`` (0 when p = 1)."""
+    if T * N * W == 0:
+        return
+    thr = min(1 << 32, math.ceil(p * 2.0 ** 32))
+    scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+    prog = get_program(device, "dropout.cl", {"PYRNN_DTYPE": dtype_code(dtype)})
+    knl = prog.kernel("pyrnn_dropout")
+    knl.set_args(dst.base_data, src.base_data, np.int32(N), np.int32(W),
+                 np.uint32(seed & 0xFFFFFFFF), np.uint32(seed2 & 0xFFFFFFFF), np.uint32(layer),
+                 np.uint64(thr), np.dtype(dtype).type(scale))
+    enqueue(device.queue, knl, ((W + 3) // 4, N, T))
+
+
+def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float32,
+                       device=None):
+    """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
+    (time-major ``shape = (T, N, D·R)``) for these ``dropout``/``seed``/``seed2``, as a NumPy
+    array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run."""
+    from .devices import resolve_device
+
+    T, N, W = (check_int(f"shape[{i}]", v, 0) for i, v in enumerate(shape))
+    p = check_float("dropout", dropout, 0.0, 1.0)
+    layer = check_int("layer", layer, 0, 2 ** 32 - 1)
+    dev = resolve_device(device)
+    dt = dev.check_dtype(dtype)
+    if T * N * W == 0:
+        return np.zeros((T, N, W), dt)
+    ones = cla.to_device(dev.queue, np.ones((T, N, W), dt))
+    _dropout(dev, dt, ones, ones, T, N, W, layer, p, check_int("seed", seed),
+             check_int("seed2", seed2))
+    return ones.get()
+
+
 class _Net:
     """Validated sizes, device inputs and per-layer pieces of one cudnn_rnn(_backprop) call."""
 
@@ -205,7 +242,7 @@ class _Net:
         self.dropout = check_float("dropout", attrs["dropout"], 0.0, 1.0)
         self.seed = check_int("seed", attrs["seed"])
         self.seed2 = check_int("seed2", attrs["seed2"])
-        self.time_major = bool(attrs["time_major"])
+        self.time_major = check_bool("time_major", attrs["time_major"])
         self.lstm = mode == "lstm"
         if self.lstm and arrays.get("input_c") is None:
             raise ValueError("input_c: required for rnn_mode='lstm' (got None)")
@@ -237,9 +274,15 @@ class _Net:
         self.lay = lay = make_layout(L, H, I, rnn_mode=mode, input_mode=attrs["input_mode"],
                                      direction=attrs["direction"], num_proj=attrs["num_proj"])
         K = lay.R
-        check_shape("input_h", h0, (LD, N, K))
-        if self.lstm:
-            check_shape("input_c", arrays["input_c"], (LD, N, H))
+        try:
+            check_shape("input_h", h0, (LD, N, K))
+            if self.lstm:
+                check_shape("input_c", arrays["input_c"], (LD, N, H))
+        except ShapeError as exc:
+            src = ("num_proj" if lay.P else "num_units, read from input_c") if self.lstm \
+                else "num_units"
+            raise ShapeError(f"{exc} (L*D = {LD} from input_h, N = {N} from input, "
+                             f"R = {K} = {src})") from None
         check_rank("params", params, 1)
         if params.shape[0] != lay.size:
             raise ShapeError(f"params: got {params.shape[0]} elements, expected {lay.size} "
@@ -254,7 +297,7 @@ class _Net:
             host = call.host("sequence_lengths", attrs["sequence_lengths"])
             if not np.all(np.asarray(host) == T):
                 self.lens = lens
-        self.training = bool(training)
+        self.training = check_bool("is_training", training)
         self.drop = self.training and self.dropout > 0 and L > 1
         self.dev, self.dt, self.q = call.device, call.dtype, call.queue
 
@@ -349,18 +392,10 @@ class _Net:
     def apply_dropout(self, src, l, dst=None):
         """``dst = src ⊙ mask_l`` (kept values scaled by 1/(1-p)); ``l`` = the layer whose
         output ``src`` ``[T][N][D·K]`` is."""
-        T, N, W = self.T, self.N, self.D * self.K
         if dst is None:
-            dst = self.call.empty((T, N, W))
-        p = self.dropout
-        thr = min(1 << 32, math.ceil(p * 2.0 ** 32))
-        scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
-        prog = get_program(self.dev, "dropout.cl", {"PYRNN_DTYPE": dtype_code(self.dt)})
-        knl = prog.kernel("pyrnn_dropout")
-        knl.set_args(dst.base_data, src.base_data, np.int32(N), np.int32(W),
-                     np.uint32(self.seed & 0xFFFFFFFF), np.uint32(self.seed2 & 0xFFFFFFFF),
-                     np.uint32(l), np.uint64(thr), self.dt.type(scale))
-        enqueue(self.q, knl, ((W + 3) // 4, N, T))
+            dst = self.call.empty(src.shape)
+        _dropout(self.dev, self.dt, dst, src, self.T, self.N, self.D * self.K, l, self.dropout,
+                 self.seed, self.seed2)
         return dst
 
     def signature(self):

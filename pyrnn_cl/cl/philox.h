@@ -13,7 +13,7 @@
 #ifndef PYRNN_PHILOX_H
 #define PYRNN_PHILOX_H
 
-#include "common.h"   /* PYRNN_FUNC */
+#include "common.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
