@@ -16,7 +16,10 @@
 ``@pytest.mark.torch``
     Needs PyTorch; skipped when torch is not installed.
 ``@pytest.mark.slow``
-    Long tests; ``-m "not slow"`` leaves them out (the Oclgrind run does).
+    Long tests; ``-m "not slow"`` leaves them out.
+``@pytest.mark.oclgrind`` / ``@pytest.mark.threads``
+    Selection marks only (pyproject.toml): small kernel tests that ``tox -e oclgrind`` runs under
+    Oclgrind's checkers; tests that enqueue from several threads at once (Oclgrind aborts).
 ``PYRNN_CL_REQUIRE_DEVICE=1``
     The session fails (exit status 1) when ``pyrnn_cl.programs.launch_count()`` is 0 at the
     end, i.e. no kernel ran on an OpenCL device: a CI run whose device tests all skipped must
@@ -100,11 +103,12 @@ _NO_LAUNCH = ("PYRNN_CL_REQUIRE_DEVICE=1 and no OpenCL kernel ran in this sessio
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not _require_device() or _launch_count() > 0:
-        return
+    ran = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if (session.exitstatus not in ran or session.config.option.collectonly
+            or not _require_device() or _launch_count() > 0):
+        return  # interrupted, usage or internal error: pytest's own report says what happened
     session.config.stash[_failed_no_launch] = True
-    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
