@@ -32,7 +32,7 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 
 # Defaults of the host-only tunables (work-group sizes along dimension 0, packing thresholds in
 # multiply-adds m*n*k*batch and rows m); kernel tunables also default in the .cl files.
-_DEFAULT_HOST = {"GEMM_WG": 8, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 64}
+_DEFAULT_HOST = {"GEMM_WG": 8, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _DEFAULT_KERNEL = {1: {"GEMM_TM": 6, "GEMM_TN": 32, "GEMM_VW": 16}, 2: {"GEMM_TM": 6, "GEMM_TN": 16, "GEMM_VW": 8}}
@@ -87,29 +87,33 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
     if _FORCE_PACK is not None:
         pack_p, pack_q = _FORCE_PACK
     else:
-        work = m * n * k * batch
-        pack_p = work >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]
-        pack_q = work >= host["GEMM_PACK_MIN"]
+        big = m * n * k * batch >= host["GEMM_PACK_MIN"]
+        # packing B costs ~k*n copies and saves work on each of the m rows of C (and vice versa);
+        # A is packed only when it is strided along k (trans_a): its rows are sequential otherwise
+        pack_q = big and m >= host["GEMM_PACK_MIN_M"]
+        pack_p = big and trans_a and n >= host["GEMM_PACK_MIN_M"]
     if pack_p and trans_b:
         pack_q = True  # the outer kernel reads an unpacked Q only along contiguous rows
     return pack_p, pack_q
 
 
-def _pack(prog, queue, host, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst, dst_off,
-          events):
-    """Enqueue pyrnn_gemm_pack: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]."""
+def _pack(prog, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst,
+          dst_off, events):
+    """Enqueue pack kernel ``name``: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
+    with X[r, kk] = x[x_off + r*x_sr + kk*x_sk] and panel = tiles*tile*k."""
     from .programs import enqueue
 
     tiles = -(-rows // tile)
-    kernel = prog.kernel("pyrnn_gemm_pack")
+    kernel = prog.kernel(name)
     panel = tiles * tile * k
     nb = batch if x_batch else 1
-    kernel.set_args(_I32(rows), _I32(k), _I32(tile), x, _I64(x_off), _I64(x_sr), _I64(x_sk),
+    tfast = 1 if x_sr == 1 else 0  # neighbouring work-items read neighbouring memory
+    kernel.set_args(_I32(rows), _I32(k), _I32(tfast), x, _I64(x_off), _I64(x_sr), _I64(x_sk),
                     _I64(x_batch), dst, _I64(dst_off), _I64(panel))
-    wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size("pyrnn_gemm_pack")))
+    wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size(name)))
     chunks = -(-k // host["GEMM_PACK_KC"])
-    return enqueue(queue, kernel, (_round_up(chunks, wg), tiles, nb), (wg, 1, 1),
-                   wait_for=events or None)
+    g0, g1 = (tiles, chunks) if tfast else (chunks, tiles)
+    return enqueue(queue, kernel, (_round_up(g0, wg), g1, nb), (wg, 1, 1), wait_for=events or None)
 
 
 class _Scratch:
@@ -281,14 +285,14 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
                     events.append(scratch.last_event)
             pack_events = []
             if pack_p:
-                pack_events.append(_pack(prog, queue, host, m, k, tm, a_buf, a_off, a_si, a_sk,
+                pack_events.append(_pack(prog, queue, host, "pyrnn_gemm_pack_p", m, k, tm, a_buf, a_off, a_si, a_sk,
                                          stride_a, batch, scratch.buf, 0, events))
                 p = (scratch.buf, 0, k * tm, 1, tm, mt * tm * k if stride_a else 0)
             else:
                 p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
             if pack_q:
                 # op(B) packed as rows j of op(B)^T: X[j, kk] = b[j*b_sj + kk*b_sk]
-                pack_events.append(_pack(prog, queue, host, n, k, tn, b_buf, b_off, b_sj, b_sk,
+                pack_events.append(_pack(prog, queue, host, "pyrnn_gemm_pack_q", n, k, tn, b_buf, b_off, b_sj, b_sk,
                                          stride_b, batch, scratch.buf, q_start, events))
                 q = (scratch.buf, q_start, k * tn, tn, nt * tn, nt * tn * k if stride_b else 0)
             else:

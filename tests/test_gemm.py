@@ -204,7 +204,8 @@ def test_every_path_batched(dev, pack, ta, tb, monkeypatch):
 
 
 def test_large_products_pick_packing(dev):
-    """Products above the packing threshold run 3 kernels (2 packs + multiply); small ones 1."""
+    """A product above the packing thresholds runs a pack kernel per packed operand, then the
+    multiply; below them, one kernel."""
     rng = np.random.default_rng(10)
     q = dev.queue
     m, n, k = 200, 160, 150
@@ -215,7 +216,10 @@ def test_large_products_pick_packing(dev):
     gemm(dev, np.float32, m, n, k, _dev_array(q, A), _dev_array(q, B), c, trans_b=True)
     launches = programs.launch_count() - before
     _, host = gemm_module._gemm_config(dev, 1)
-    assert launches == (3 if m * n * k >= host["GEMM_PACK_MIN"] else 1)
+    pack_p, pack_q = gemm_module._choose_packing(host, m, n, k, 1, False, True)
+    assert launches == 1 + pack_p + pack_q
+    if m * n * k >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]:
+        assert pack_q
     assert _rel(c.get(), A.astype(np.float64) @ B.T) <= 1e-5
 
 

@@ -305,27 +305,63 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
 }
 
 // =================================================================================================
-// pack kernel: xp[b][t][kk][tw] = X_b[t*tw + r, kk] (0 for rows >= rows), X[r, kk] = x[r*x_sr + kk*x_sk]
-// Global: (ceil(k / GEMM_PACK_KC), tiles, batch).  Packed operands make every load of the outer
+// pack kernels: xp[b][t][kk][TW] = X_b[t*TW + r, kk] (0 for rows >= rows), X[r, kk] = x[r*x_sr + kk*x_sk]
+// pyrnn_gemm_pack_p packs P with TW = GEMM_TM, pyrnn_gemm_pack_q packs Q^T with TW = GEMM_TN.
+// Global: (ceil(k / GEMM_PACK_KC), tiles, batch), or (tiles, ...) when tfast != 0 (work-items
+// next to each other then read neighbouring tiles: right when x_sr == 1).  Packed operands make every load of the outer
 // kernel sequential (no power-of-two strides, no TLB misses) and need no edge handling.
 // =================================================================================================
-__kernel void pyrnn_gemm_pack(const int rows, const int k, const int tw,
-                              const __global GEMM_T* restrict x, const long x_off, const long x_sr,
-                              const long x_sk, const long x_batch,
-                              __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {
-  const int k0 = get_global_id(0) * GEMM_PACK_KC, t = get_global_id(1);
-  if (k0 >= k) return;
-  const long bi = get_global_id(2);
-  x += x_off + bi * x_batch + (long)k0 * x_sk;
-  xp += xp_off + bi * xp_batch + ((long)t * k + k0) * tw;
-  const int kn = min(GEMM_PACK_KC, k - k0);
-  for (int r = 0; r < tw; ++r) {
-    const int row = t * tw + r;
-    const __global GEMM_T* xr = x + (long)min(row, rows - 1) * x_sr;
-    if (row < rows) {
-      for (int kk = 0; kk < kn; ++kk) xp[kk * tw + r] = xr[kk * x_sk];
-    } else {
-      for (int kk = 0; kk < kn; ++kk) xp[kk * tw + r] = (GEMM_T)0;
-    }
-  }
+#if GEMM_PACK_KC == 2 || GEMM_PACK_KC == 4 || GEMM_PACK_KC == 8 || GEMM_PACK_KC == 16
+#define GEMM_PACK_VEC 1
+#define GEMM_PV GEMM_CAT(GEMM_T, GEMM_PACK_KC)
+#else
+#define GEMM_PACK_VEC 0
+#endif
+
+#define GEMM_PACK_KERNEL(NAME, TW)                                                                 \
+__kernel void NAME(const int rows, const int k, const int tfast,                                  \
+                   const __global GEMM_T* restrict x, const long x_off, const long x_sr,            \
+                   const long x_sk, const long x_batch,                                             \
+                   __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {          \
+  const int g0 = get_global_id(0), g1 = get_global_id(1);                                          \
+  const int k0 = (tfast ? g1 : g0) * GEMM_PACK_KC, t = tfast ? g0 : g1;                            \
+  if (k0 >= k || t * (TW) >= rows) return;                                                         \
+  const long bi = get_global_id(2);                                                                \
+  x += x_off + bi * x_batch + (long)k0 * x_sk + (long)t * (TW) * x_sr;                             \
+  xp += xp_off + bi * xp_batch + ((long)t * k + k0) * (TW);                                        \
+  const int kn = min(GEMM_PACK_KC, k - k0), rv = min((TW), rows - t * (TW));                       \
+  if (x_sr == 1 && rv == (TW)) {                                                                   \
+    /* tile rows contiguous in memory: copy TW values per kk */                                    \
+    for (int kk = 0; kk < kn; ++kk) {                                                              \
+      _Pragma("unroll")                                                                            \
+      for (int r = 0; r < (TW); ++r) xp[kk * (TW) + r] = x[r];                                     \
+      x += x_sk;                                                                                   \
+    }                                                                                              \
+  } else if (GEMM_PACK_VEC && x_sk == 1 && kn == GEMM_PACK_KC) {                                   \
+    /* rows contiguous along k: one vector per row, scattered into the panel */                    \
+    _Pragma("unroll")                                                                              \
+    for (int r = 0; r < (TW); ++r) {                                                               \
+      GEMM_T tmp[GEMM_PACK_KC];                                                                    \
+      GEMM_PACK_LOADROW(tmp, x + min(r, rv - 1) * x_sr, r < rv);                                   \
+      _Pragma("unroll")                                                                            \
+      for (int kk = 0; kk < GEMM_PACK_KC; ++kk) xp[kk * (TW) + r] = tmp[kk];                       \
+    }                                                                                              \
+  } else {                                                                                         \
+    for (int r = 0; r < (TW); ++r) {                                                               \
+      const __global GEMM_T* xr = x + min(r, rv - 1) * x_sr;                                       \
+      if (r < rv) { for (int kk = 0; kk < kn; ++kk) xp[kk * (TW) + r] = xr[kk * x_sk]; }           \
+      else { for (int kk = 0; kk < kn; ++kk) xp[kk * (TW) + r] = (GEMM_T)0; }                      \
+    }                                                                                              \
+  }                                                                                                \
 }
+
+#if GEMM_PACK_VEC
+#define GEMM_PACK_LOADROW(tmp, src, valid)                                                         \
+  GEMM_CAT(vstore, GEMM_PACK_KC)((valid) ? GEMM_CAT(vload, GEMM_PACK_KC)(0, src) : (GEMM_PV)0, 0, tmp)
+#else
+#define GEMM_PACK_LOADROW(tmp, src, valid)                                                         \
+  for (int e = 0; e < GEMM_PACK_KC; ++e) tmp[e] = (valid) ? (src)[e] : (GEMM_T)0
+#endif
+
+GEMM_PACK_KERNEL(pyrnn_gemm_pack_p, GEMM_TM)
+GEMM_PACK_KERNEL(pyrnn_gemm_pack_q, GEMM_TN)
