@@ -47,8 +47,8 @@ from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
 from .gemm import gemm, sum_rows
-from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, CudnnLayout,
-                     host_signature, make_layout, swap01_strides)
+from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
+                     make_layout, swap01_strides)
 from .programs import enqueue, get_program
 from .sources import dtype_code
 
@@ -198,8 +198,9 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
 # ---- the op ---------------------------------------------------------------------------------
 
 def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
-    """Enqueue ``dst = src ⊙ mask`` for a time-major ``[T][N][W]`` layer output (``cl/dropout.cl``):
-    kept where the Philox word is ``≥ ceil(p·2^32)``, scaled by ``1/(1-p)`` (0 when p = 1)."""
+    """Enqueue ``dst = src ⊙ mask`` for a time-major ``[T][N][W]`` layer output
+    (``cl/dropout.cl``): kept where the Philox word is ``≥ ceil(p·2^32)``, scaled by
+    ``1/(1-p)`` (0 when p = 1)."""
     if T * N * W == 0:
         return
     thr = min(1 << 32, math.ceil(p * 2.0 ** 32))

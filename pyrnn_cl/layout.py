@@ -25,8 +25,8 @@ has the same size :meth:`CudnnLayout.pseudo_size`, so direction ``d`` of layer `
 
 which equals PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``.
 
-**states** ``input_h``/``output_h`` ``[L·D, N, R]`` and ``input_c``/``output_c`` ``[L·D, N, H]`` in
-both time-major and batch-major calls: layer ``l``'s ``[D][N][W]`` slice is the contiguous run of
+**states** ``input_h``/``output_h`` ``[L·D, N, R]`` and ``input_c``/``output_c`` ``[L·D, N, H]``
+in both time-major and batch-major calls: layer ``l``'s ``[D][N][W]`` slice is the contiguous run of
 ``D·N·W`` elements at :meth:`CudnnLayout.state_offset`.
 
 **batch-major** sequences ``[N][T][W]`` are the transpose of the time-major ``[T][N][W]`` over the

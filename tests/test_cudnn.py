@@ -508,9 +508,10 @@ def test_dropout_keep_rate_and_p1(device):
         n = m.size
         assert abs(kept.mean() - (1 - p)) < 5 * np.sqrt(p * (1 - p) / n)
         np.testing.assert_allclose(m[kept], 1 / (1 - p), rtol=1e-6)
-    small = cudnn_dropout_mask((T_, N_, 5), 2, 0.3, seed=-1, seed2=2 ** 40 + 5, device=device,
-                               dtype=np.float64)
-    np.testing.assert_array_equal(small, _np_mask(2, T_, N_, 5, 0.3, -1, 2 ** 40 + 5))
+    small = cudnn_dropout_mask((T_, N_, 5), 2, 0.3, seed=-1, seed2=2 ** 40 + 5, device=device)
+    want = _np_mask(2, T_, N_, 5, 0.3, -1, 2 ** 40 + 5)
+    np.testing.assert_array_equal(small == 0, want == 0)
+    np.testing.assert_allclose(small, want, rtol=1e-7)
     x, h0, c0, params, kw = _problem("gru", 3, 2, seed=13)
     x, h0, params = _cast(np.float32, x, h0, params)
     up = _upstream([(T_, N_, 2 * H_), h0.shape, None], ())
@@ -596,6 +597,7 @@ def test_device_arrays(device):
 
 
 def test_inputs_not_modified(device):
+    needs_fp64(device)
     x, h0, c0, params, kw = _problem("lstm", 2, 2, seed=16)
     copies = [a.copy() for a in (x, h0, c0, params)]
     out = rc.cudnn_rnn(x, h0, c0, params, device=device, **kw, **_drop_kw())
@@ -611,7 +613,9 @@ def test_inputs_not_modified(device):
 
 def _bad_calls():
     x, h0, c0, params, kw = _problem("lstm", 2, 1, seed=17)
+    x, h0, c0, params = _cast(np.float32, x, h0, c0, params)
     g_x, g_h0, _, g_params, g_kw = _problem("gru", 1, 1, seed=17)
+    g_x, g_h0, g_params = _cast(np.float32, g_x, g_h0, g_params)
     cases = [
         (dict(rnn_mode="lstmx"), ValueError, "rnn_mode"),
         (dict(input_mode="skip"), ValueError, "input_mode"),
@@ -632,8 +636,8 @@ def _bad_calls():
         (dict(sequence_lengths=np.array([1, -1, 2])), ValueError, "sequence_lengths"),
         (dict(sequence_lengths=np.array([1.0, 2.0, 2.0])), TypeError, "sequence_lengths"),
         (dict(num_proj=2), rc.ShapeError, "input_h"),
-        (dict(num_proj=H_, input_h=np.zeros((2, N_, H_))), ValueError, "num_proj"),
-        (dict(input_h=h0.astype(np.float32)), TypeError, "dtype"),
+        (dict(num_proj=H_, input_h=np.zeros((2, N_, H_), np.float32)), ValueError, "num_proj"),
+        (dict(input_h=h0.astype(np.float64)), TypeError, "dtype"),
         (dict(rnn_mode="gru", input=g_x, input_h=g_h0, params=g_params, num_proj=2),
          ValueError, "num_proj"),
     ]
@@ -651,6 +655,7 @@ def test_validation(device):
 
 
 def test_backprop_validation(device):
+    needs_fp64(device)
     x, h0, c0, params, kw = _problem("lstm", 1, 2, seed=18)
     out = rc.cudnn_rnn(x, h0, c0, params, device=device, **kw)
     with pytest.raises(rc.ShapeError, match="output_backprop"):
@@ -669,6 +674,7 @@ def test_backprop_validation(device):
 
 def test_non_lstm_ignores_c(device):
     """Non-LSTM modes accept input_c / output_c_backprop as None or empty and return empty c."""
+    needs_fp64(device)
     x, h0, _, params, kw = _problem("rnn_tanh", 2, 1, seed=19)
     a = rc.cudnn_rnn(x, h0, None, params, device=device, **kw)
     b = rc.cudnn_rnn(x, h0, np.zeros(0), params, device=device, **kw)
