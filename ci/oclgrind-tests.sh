@@ -40,9 +40,17 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/pyrnn-cl-oclgrind.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/vendors"
-for icd in "${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}"/*.icd; do
-  if [ -e "$icd" ]; then cp "$icd" "$work/vendors/"; fi
-done
+given=${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}   # a directory, an .icd file or a driver .so
+if [ -d "$given" ]; then
+  for icd in "$given"/*.icd; do
+    if [ -e "$icd" ]; then cp "$icd" "$work/vendors/"; fi
+  done
+elif [ -f "$given" ]; then
+  case "$given" in
+    *.icd) cp "$given" "$work/vendors/" ;;
+    *) echo "$given" > "$work/vendors/given.icd" ;;
+  esac
+fi
 echo "$lib" > "$work/vendors/oclgrind.icd"
 
 export OCL_ICD_VENDORS="$work/vendors"
