@@ -16,7 +16,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .devices import resolve_device
-from .errors import ShapeError
+from .errors import ShapeError, UnsupportedError
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -25,8 +25,18 @@ def is_array(a) -> bool:
     return isinstance(a, (np.ndarray, cla.Array))
 
 
+def _need_shape(name, a):
+    """``TypeError`` naming ``name`` when a required array argument is not an array (``None``,
+    a list, a number, ...): before anything reads its shape."""
+    if getattr(a, "shape", None) is None:
+        raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
+                        f"{type(a).__name__}")
+
+
 def check_shape(name, a, expected):
-    """``ShapeError`` naming ``name`` unless ``a.shape == expected`` (``None`` entries: any)."""
+    """``ShapeError`` naming ``name`` unless ``a.shape == expected`` (``None`` entries: any);
+    ``TypeError`` when ``a`` is not an array (a required argument given as ``None``)."""
+    _need_shape(name, a)
     shape = tuple(a.shape)
     ok = len(shape) == len(expected) and all(e is None or e == s
                                              for s, e in zip(shape, expected))
@@ -36,6 +46,7 @@ def check_shape(name, a, expected):
 
 
 def check_rank(name, a, rank):
+    _need_shape(name, a)
     if len(a.shape) != rank:
         raise ShapeError(f"{name}: got shape {list(a.shape)} (rank {len(a.shape)}), expected "
                          f"rank {rank}")
@@ -63,6 +74,14 @@ def check_int(name, value, low=None, high=None):
     return value
 
 
+def check_bool(name, value):
+    """``value`` as a bool; ``TypeError`` naming ``name`` for anything but a Python/NumPy bool
+    (``1``, ``"yes"``, ``None`` would otherwise be silently truthy or falsy)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} ({value!r})")
+    return bool(value)
+
+
 def check_float(name, value, low=None, high=None):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} ({value!r})")
@@ -73,6 +92,48 @@ def check_float(name, value, low=None, high=None):
                          f"[{low if low is not None else '-inf'}, "
                          f"{high if high is not None else 'inf'}]")
     return value
+
+
+def _device_limits(device):
+    """``(global memory, largest single allocation)`` of a device in bytes (0: unknown)."""
+    limits = getattr(device, "_pyrnn_mem_limits", None)
+    if limits is None:
+        glob = int(getattr(device.info, "global_mem_size", 0) or 0)
+        try:
+            alloc = int(device.cl_device.max_mem_alloc_size)
+        except Exception:  # noqa: BLE001 - a stub device or a driver that does not answer
+            alloc = 0
+        limits = (glob, alloc)
+        try:
+            device._pyrnn_mem_limits = limits
+        except AttributeError:
+            pass
+    return limits
+
+
+def check_memory(device, what, buffers):
+    """``UnsupportedError`` naming the bytes needed when ``buffers`` (sizes in bytes of the
+    buffers one step of an op holds at the same time) cannot fit ``device``: one of them is
+    above the device's largest allocation (``CL_DEVICE_MAX_MEM_ALLOC_SIZE``) or together they
+    are above its global memory. Called before anything is allocated, so a request that is too
+    large gives this clear error instead of an opaque OpenCL one (``INVALID_BUFFER_SIZE``,
+    ``MEM_OBJECT_ALLOCATION_FAILURE``) or a driver crash (pitfalls D9)."""
+    sizes = [int(b) for b in buffers]
+    if not sizes:
+        return
+    glob, alloc = _device_limits(device)
+    total, largest = sum(sizes), max(sizes)
+    name = getattr(device.info, "name", "the device")
+    if alloc and largest > alloc:
+        raise UnsupportedError(
+            f"{what}: needs a buffer of {largest} bytes ({largest / 2**30:.2f} GiB), above the "
+            f"largest allocation of {name!r} ({alloc} bytes, {alloc / 2**30:.2f} GiB); use "
+            "fewer steps or a smaller batch per call, or a device with more memory")
+    if glob and total > glob:
+        raise UnsupportedError(
+            f"{what}: needs {total} bytes ({total / 2**30:.2f} GiB) of device memory, above the "
+            f"global memory of {name!r} ({glob} bytes, {glob / 2**30:.2f} GiB); use fewer steps "
+            "or a smaller batch per call, or a device with more memory")
 
 
 class Call:
@@ -107,6 +168,18 @@ class Call:
         self.device = resolve_device(device)
         self.dtype = self.device.check_dtype(dtype)
         self.queue = self.device.queue
+        # device arrays are checked here, before any argument is copied or any kernel runs
+        for name, a in arrays.items():
+            if isinstance(a, cla.Array):
+                self._check_device_array(name, a)
+
+    def _check_device_array(self, name, a):
+        if a.context != self.device.context:
+            raise ValueError(f"{name}: the array lives in another OpenCL context than the "
+                             f"device {self.device.info.name!r} of this call")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name}: the device array is not contiguous (shape "
+                             f"{list(a.shape)}, strides {a.strides}); pass a contiguous array")
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -117,16 +190,12 @@ class Call:
         if shape is not None:
             check_shape(name, a, shape)
         if isinstance(a, np.ndarray):
+            check_memory(self.device, name, [a.size * self.dtype.itemsize])
             host = np.ascontiguousarray(a, dtype=self.dtype)
             if host.size == 0:
                 return cla.empty(self.queue, host.shape, self.dtype)
             return cla.to_device(self.queue, host)
-        if a.context != self.device.context:
-            raise ValueError(f"{name}: the array lives in another OpenCL context than the "
-                             f"device {self.device.info.name!r}")
-        if not a.flags.c_contiguous:
-            raise ValueError(f"{name}: the device array is not contiguous (strides "
-                             f"{a.strides}); pass a contiguous array")
+        self._check_device_array(name, a)
         if a.offset:
             b = cla.empty(self.queue, a.shape, a.dtype)
             if a.size:
@@ -142,10 +211,16 @@ class Call:
         return a.get(queue=self.queue) if isinstance(a, cla.Array) else np.asarray(a)
 
     def zeros(self, shape):
+        self._check_alloc(shape)
         return cla.zeros(self.queue, shape, self.dtype)
 
     def empty(self, shape):
+        self._check_alloc(shape)
         return cla.empty(self.queue, shape, self.dtype)
+
+    def _check_alloc(self, shape):
+        check_memory(self.device, f"an array of shape {list(shape)}",
+                     [int(np.prod(shape, dtype=np.float64)) * self.dtype.itemsize])
 
     def lengths(self, name, a, n, high):
         """An int32 device array of sequence lengths ``[n]`` with values in ``[0, high]``."""
