@@ -249,7 +249,10 @@ class _Net:
             raise ValueError("input_c: required for rnn_mode='lstm' (got None)")
         if not self.lstm:   # other modes ignore every c-state argument
             for name in ("input_c", "output_c", "output_c_backprop"):
-                arrays.pop(name, None)
+                a = arrays.pop(name, None)
+                if a is not None and not is_array(a):
+                    raise TypeError(f"{name}: expected None or an array (ignored for "
+                                    f"rnn_mode={mode!r}), got {type(a).__name__}")
         self.call = call = Call(arrays, device)
         x, h0, params = arrays["input"], arrays["input_h"], arrays["params"]
         D = 2 if attrs["direction"] == "bidirectional" else 1
@@ -474,9 +477,10 @@ def _check_host_reserved(net, host_reserved, reserve_space):
     """ValueError unless ``host_reserved``/``reserve_space`` come from a matching training
     forward."""
     if host_reserved is None or reserve_space is None or np.size(host_reserved) == 0:
-        raise ValueError("reserve_space: empty; it comes from a forward with "
-                         "is_training=False, which saves nothing for backprop (run cudnn_rnn "
-                         "with is_training=True)")
+        what = "host_reserved: None" if host_reserved is None else (
+            "reserve_space: None" if reserve_space is None else "reserve_space: empty")
+        raise ValueError(f"{what}; reserve_space and host_reserved come from a forward with "
+                         "is_training=True (is_training=False saves nothing for backprop)")
     if not is_array(host_reserved):
         raise TypeError(f"host_reserved: expected an int8 numpy.ndarray or pyopencl.array.Array, "
                         f"got {type(host_reserved).__name__}")
