@@ -31,6 +31,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from ._arrays import check_memory
 from .cells import CellSpec
 from .gemm import gemm, sum_rows
 from .programs import enqueue, get_program
@@ -143,7 +144,23 @@ class Recurrence:
         self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
         self.nb = int(tuning.get("REC_NB", 4))
         self.G = cell.G
+        self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
+
+    def _check_memory(self, backward):
+        """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
+        the sequence buffers of a forward (or forward + backward) cannot fit the device."""
+        T, N, H, D, K, G, P = self.T, self.N, self.H, self.D, self.K, self.G, self.P
+        seq = T * N * D
+        bufs = [seq * G * H, seq * K, D * G * H * K]                 # gx, y, packed R
+        bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
+        if backward:
+            bufs += [seq * G * H, seq * H, seq * K]                  # dgx, carry_h, hin
+            bufs += [seq * G * H] * (self.cell.kind == "gru")        # dgh
+            bufs += [seq * H] * self.cell.has_c + [seq * P] * bool(P)   # carry_c, dr
+        check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
+                     f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
+                     [b * self.dtype.itemsize for b in bufs])
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -258,6 +275,7 @@ class Recurrence:
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         q, dt = self.device.queue, self.dtype
+        self._check_memory(backward=True)
         separate = self.cell.kind == "gru"
         dgx = cla.empty(q, (T, N, D * G * H), dt)
         dgh = cla.empty(q, (T, N, D * G * H), dt) if separate else dgx

@@ -87,6 +87,11 @@ class GRUDescriptor:
 
 
 _DESCRIPTORS = {"rnn": SingleGateRNNDescriptor, "lstm": LSTMDescriptor, "gru": GRUDescriptor}
+#: The boolean fields of each descriptor (anything else there, e.g. 1 or "yes": TypeError).
+_FLAGS = {"rnn": ("reverse", "bidirectional", "training"),
+          "lstm": ("reverse", "bidirectional", "training", "produce_cell", "forget_gate_last"),
+          "gru": ("reverse", "bidirectional", "training", "reset_gate_first", "reset_after",
+                  "flip_z")}
 
 
 def _descriptor(kind, descriptor):
@@ -96,7 +101,7 @@ def _descriptor(kind, descriptor):
     if not isinstance(descriptor, cls):
         raise TypeError(f"descriptor: expected {cls.__name__} or None, got "
                         f"{type(descriptor).__name__}")
-    for flag in ("reverse", "bidirectional", "training"):
+    for flag in _FLAGS[kind]:
         if not isinstance(getattr(descriptor, flag), (bool, np.bool_)):
             raise TypeError(f"descriptor.{flag}: expected a bool, got "
                             f"{getattr(descriptor, flag)!r}")
@@ -126,7 +131,7 @@ class _Layer:
     """Shapes, device copies and the engine of one MPSGraph call (forward or gradients)."""
 
     def __init__(self, kind, call: Call, desc, source, recurrent_weight, input_weight, bias,
-                 init_state, init_cell, mask, peephole, secondary_bias):
+                 init_state, init_cell, mask, peephole, secondary_bias, grads=None):
         self.kind, self.call, self.desc = kind, call, desc
         self.cell = _cell(kind, desc)
         G = self.cell.G
@@ -154,6 +159,11 @@ class _Layer:
             check_shape("peephole", peephole, (2, 4 * H) if D == 2 else (4 * H,))
         if secondary_bias is not None:
             check_shape("secondary_bias", secondary_bias, (D * H,))
+        for name, a in grads or ():   # gradient-op inputs, checked before anything runs
+            if a is None and name in ("source_gradient", "state_gradient", "cell_gradient"):
+                continue              # None: zero
+            lead = (N,) if name in ("state_gradient", "cell_gradient") else (T, N)
+            check_shape(name, a, lead + ((D * G * H) if name == "z_state" else (D * H),))
         self.T, self.N, self.I, self.H, self.D, self.G = T, N, I, H, D, G
         self.rev_mask = 0b10 if D == 2 else int(bool(desc.reverse))
 
@@ -280,8 +290,14 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
                      init_cell=init_cell, mask=mask, peephole=peephole,
                      secondary_bias=secondary_bias, state_gradient=state_gradient,
                      cell_gradient=cell_gradient), device)
+    grads = [("source_gradient", source_gradient), ("z_state", z_state),
+             ("state_gradient", state_gradient)]
+    if kind != "rnn":
+        grads.append(({"lstm": "cell_output_fwd", "gru": "output_fwd"}[kind], fwd_seq))
+    if kind == "lstm":
+        grads.append(("cell_gradient", cell_gradient))
     layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
-                   init_cell, mask, peephole, secondary_bias)
+                   init_cell, mask, peephole, secondary_bias, grads=grads)
     T, N, D, H = layer.T, layer.N, layer.D, layer.H
     if kind == "lstm":
         cs = call.dev("cell_output_fwd", fwd_seq, (T, N, D * H))
