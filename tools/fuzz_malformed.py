@@ -60,7 +60,8 @@ import pyrnn_cl as rc  # noqa: E402
 from pyrnn_cl import layout as _layout  # noqa: E402
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
 
-__all__ = ["ALLOWED", "OPS", "Case", "make_call", "check_call", "run_inline", "main"]
+__all__ = ["ALLOWED", "OPS", "MUTATIONS", "Case", "NotApplicable", "make_call", "check_call",
+           "run_inline", "main"]
 
 #: The documented exception types (API.md §0).
 ALLOWED = (ShapeError, TypeError, ValueError, UnsupportedError, DeviceNotFoundError)
@@ -733,8 +734,13 @@ def _fp64():
         return False
 
 
+class NotApplicable(LookupError):
+    """No valid call of the op admits the mutation (e.g. a dtype change of an op without
+    arrays)."""
+
+
 def make_call(seed: int, index: int, op: str | None = None, mutation: str | None = None,
-              dtype=None) -> Case:
+              dtype=None, attempts: int = 100) -> Case:
     """The malformed call number ``index`` of the run ``seed`` (deterministic): float32, or
     float64 for one call in three when the default device has fp64 and ``dtype`` is None."""
     rng = np.random.default_rng([int(seed), int(index)])
@@ -743,7 +749,7 @@ def make_call(seed: int, index: int, op: str | None = None, mutation: str | None
     ops = sorted(OPS)
     kinds = sorted(MUTATIONS)
     weights = np.array([_WEIGHTS[k] for k in kinds], float)
-    for _ in range(100):
+    for _ in range(attempts):
         name = op or ops[int(rng.integers(0, len(ops)))]
         kind = mutation or kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
         case = OPS[name](rng, dtype)
@@ -751,7 +757,7 @@ def make_call(seed: int, index: int, op: str | None = None, mutation: str | None
         if done is not None:
             case.mutation, (case.target, case.detail) = kind, done
             return case
-    raise RuntimeError(f"no applicable mutation for op={op!r} mutation={mutation!r}")
+    raise NotApplicable(f"no applicable mutation for op={op!r} mutation={mutation!r}")
 
 
 @dataclass
