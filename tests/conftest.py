@@ -16,7 +16,7 @@
 ``@pytest.mark.torch``
     Needs PyTorch; skipped when torch is not installed.
 ``@pytest.mark.slow``
-    Long tests; ``-m "not slow"`` leaves them out.
+    Long tests, left out of CI (``ci/run-tests.sh`` and ``tox -e py3`` run ``-m "not slow"``).
 ``@pytest.mark.oclgrind`` / ``@pytest.mark.threads``
     Selection marks only (pyproject.toml): small kernel tests that ``tox -e oclgrind`` runs under
     Oclgrind's checkers; tests that enqueue from several threads at once (Oclgrind aborts).
