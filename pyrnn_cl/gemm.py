@@ -32,10 +32,10 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 
 # Defaults of the host-only tunables (work-group sizes along dimension 0, packing thresholds in
 # multiply-adds m*n*k*batch and rows m); kernel tunables also default in the .cl files.
-_DEFAULT_HOST = {"GEMM_WG": 8, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
+_DEFAULT_HOST = {"GEMM_WG": 16, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 64}
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
-_DEFAULT_KERNEL = {1: {"GEMM_TM": 6, "GEMM_TN": 32, "GEMM_VW": 16}, 2: {"GEMM_TM": 6, "GEMM_TN": 16, "GEMM_VW": 8}}
+_DEFAULT_KERNEL = {1: {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16}, 2: {"GEMM_TM": 4, "GEMM_TN": 32, "GEMM_VW": 8}}
 _DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16, "GEMM_PACK_KC": 16},
                 2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8, "GEMM_PACK_KC": 16}}
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
@@ -45,8 +45,27 @@ _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 _REDUCE_DEFAULT = {"REDUCE_VW": 16}
 _REDUCE_WG = 8
 
-_I32 = np.int32
-_I64 = np.int64
+# Kernel signatures for set_scalar_arg_dtypes ("i" int, "l" long, "r" real, "B" buffer): with
+# them pyopencl packs plain Python numbers quickly (set_args with NumPy scalars and no declared
+# dtypes was measured at ~1 ms per call on PoCL, ~10 us with them).
+_SIGNATURES = {
+    "pyrnn_gemm_outer": "iiiirrBlllllBlllilBllll",
+    "pyrnn_gemm_dot": "iiiirrBlllBlllBllll",
+    "pyrnn_gemm_pack_p": "iiiBllllBll",
+    "pyrnn_gemm_pack_q": "iiiBllllBll",
+    "pyrnn_sum_rows": "iirBlllBll",
+}
+_ARG_DTYPES = {"i": np.int32, "l": np.int64, "B": None}
+
+
+def _kernel(prog, name: str, code: int):
+    """``prog.kernel(name)`` with its scalar argument types declared (once per kernel object)."""
+    kernel = prog.kernel(name)
+    if getattr(kernel, "_pyrnn_gemm_typed", None) != code:
+        real = np.float32 if code == 1 else np.float64
+        kernel.set_scalar_arg_dtypes([_ARG_DTYPES.get(c, real) for c in _SIGNATURES[name]])
+        kernel._pyrnn_gemm_typed = code
+    return kernel
 
 
 def _dtype_code(dtype) -> int:
@@ -97,19 +116,19 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
     return pack_p, pack_q
 
 
-def _pack(prog, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst,
+def _pack(prog, code, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst,
           dst_off, events):
     """Enqueue pack kernel ``name``: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
     with X[r, kk] = x[x_off + r*x_sr + kk*x_sk] and panel = tiles*tile*k."""
     from .programs import enqueue
 
     tiles = -(-rows // tile)
-    kernel = prog.kernel(name)
+    kernel = _kernel(prog, name, code)
     panel = tiles * tile * k
     nb = batch if x_batch else 1
     tfast = 1 if x_sr == 1 else 0  # neighbouring work-items read neighbouring memory
-    kernel.set_args(_I32(rows), _I32(k), _I32(tfast), x, _I64(x_off), _I64(x_sr), _I64(x_sk),
-                    _I64(x_batch), dst, _I64(dst_off), _I64(panel))
+    kernel.set_args(int(rows), int(k), int(tfast), x, int(x_off), int(x_sr), int(x_sk),
+                    int(x_batch), dst, int(dst_off), int(panel))
     wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size(name)))
     chunks = -(-k // host["GEMM_PACK_KC"])
     g0, g1 = (tiles, chunks) if tfast else (chunks, tiles)
@@ -242,7 +261,7 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     defines, host = _gemm_config(device, code)
     prog = get_program(device, "gemm.cl", defines)
     queue = device.queue
-    alpha_v, beta_v = dtype.type(alpha), dtype.type(beta)
+    alpha_v, beta_v = float(alpha), float(beta)
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
     wg = host["GEMM_WG"]
 
@@ -259,10 +278,10 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
         mfast = 1
         args = (
-            _I32(m), _I32(n), _I32(k), _I32(mfast), alpha_v, beta_v,
-            a_buf, _I64(a_off), _I64(lda), _I64(stride_a),
-            b_buf, _I64(b_off), _I64(ldb), _I64(stride_b),
-            c_buf, _I64(c_off), _I64(ldc), _I64(1), _I64(stride_c),
+            int(m), int(n), int(k), int(mfast), alpha_v, beta_v,
+            a_buf, int(a_off), int(lda), int(stride_a),
+            b_buf, int(b_off), int(ldb), int(stride_b),
+            c_buf, int(c_off), int(ldc), int(1), int(stride_c),
         )
     else:
         name = "pyrnn_gemm_outer"
@@ -285,14 +304,14 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
                     events.append(scratch.last_event)
             pack_events = []
             if pack_p:
-                pack_events.append(_pack(prog, queue, host, "pyrnn_gemm_pack_p", m, k, tm, a_buf, a_off, a_si, a_sk,
+                pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_p", m, k, tm, a_buf, a_off, a_si, a_sk,
                                          stride_a, batch, scratch.buf, 0, events))
                 p = (scratch.buf, 0, k * tm, 1, tm, mt * tm * k if stride_a else 0)
             else:
                 p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
             if pack_q:
                 # op(B) packed as rows j of op(B)^T: X[j, kk] = b[j*b_sj + kk*b_sk]
-                pack_events.append(_pack(prog, queue, host, "pyrnn_gemm_pack_q", n, k, tn, b_buf, b_off, b_sj, b_sk,
+                pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_q", n, k, tn, b_buf, b_off, b_sj, b_sk,
                                          stride_b, batch, scratch.buf, q_start, events))
                 q = (scratch.buf, q_start, k * tn, tn, nt * tn, nt * tn * k if stride_b else 0)
             else:
@@ -305,16 +324,16 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         # unless P is the strided one
         mfast = 0 if (p[4] != 1 and p[3] == 1 and not pack_p) else 1
         args = (
-            _I32(rows), _I32(cols), _I32(k), _I32(mfast), alpha_v, beta_v,
-            p[0], _I64(p[1]), _I64(p[2]), _I64(p[3]), _I64(p[4]), _I64(p[5]),
-            q[0], _I64(q[1]), _I64(q[2]), _I64(q[3]), _I32(q[4]), _I64(q[5]),
-            c_buf, _I64(d[0]), _I64(d[1]), _I64(d[2]), _I64(stride_c),
+            int(rows), int(cols), int(k), int(mfast), alpha_v, beta_v,
+            p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4]), int(p[5]),
+            q[0], int(q[1]), int(q[2]), int(q[3]), int(q[4]), int(q[5]),
+            c_buf, int(d[0]), int(d[1]), int(d[2]), int(stride_c),
         )
         if pack_p or pack_q:
             scratch_ref = scratch
     g0, g1 = tiles if mfast else tiles[::-1]
     wg = max(1, min(wg, prog.work_group_size(name)))
-    kernel = prog.kernel(name)
+    kernel = _kernel(prog, name, code)
     kernel.set_args(*args)
     event = enqueue(queue, kernel, (_round_up(g0, wg), g1, batch), (wg, 1, 1),
                     wait_for=events or None)
@@ -371,11 +390,11 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     wg = int(tuning.get("REDUCE_WG", _REDUCE_WG))
     prog = get_program(device, "reduce.cl", defines)
     name = "pyrnn_sum_rows"
-    kernel = prog.kernel(name)
+    kernel = _kernel(prog, name, code)
     kernel.set_args(
-        _I32(rows), _I32(cols), dtype.type(beta),
-        a_buf, _I64(a_off), _I64(lda), _I64(stride_a),
-        o_buf, _I64(o_off), _I64(stride_out),
+        int(rows), int(cols), float(beta),
+        a_buf, int(a_off), int(lda), int(stride_a),
+        o_buf, int(o_off), int(stride_out),
     )
     wg = max(1, min(wg, prog.work_group_size(name)))
     groups = -(-cols // defines["REDUCE_VW"])

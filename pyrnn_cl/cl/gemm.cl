@@ -33,7 +33,7 @@
 #include "common.h"
 
 #ifndef GEMM_TM
-#define GEMM_TM 6          // outer: rows of D per work-item
+#define GEMM_TM 4          // outer: rows of D per work-item
 #endif
 #ifndef GEMM_VW
 #if PYRNN_DTYPE == 2
@@ -43,7 +43,7 @@
 #endif
 #endif
 #ifndef GEMM_TN
-#define GEMM_TN (2 * GEMM_VW)  // outer: columns of D per work-item (a multiple of GEMM_VW)
+#define GEMM_TN (4 * GEMM_VW)  // outer: columns of D per work-item (a multiple of GEMM_VW)
 #endif
 #ifndef GEMM_DTM
 #define GEMM_DTM 4         // dot: rows of P (rows of D) per work-item
