@@ -1,0 +1,126 @@
+"""Thread safety (pitfalls C17): four host threads running *different* ops at the same time on
+one device give exactly the results each op gives alone.
+
+What makes it safe: every thread gets its own ``cl.Kernel`` objects
+(``programs.Program.kernel`` is per thread, so ``clSetKernelArg`` never races), the program
+memo builds each program once under a per-key lock, OpenCL queues are thread-safe for enqueues,
+and each op keeps its buffers to itself. Both the device's shared in-order queue and a queue
+per thread (``device=pyopencl.CommandQueue``) are tested. Marked ``threads``: Oclgrind 21.10
+aborts when several host threads enqueue at once, so its run leaves these out.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import pyrnn_cl as rc
+from pyrnn_cl import programs
+
+pytestmark = pytest.mark.threads
+
+F32 = np.float32
+T, N, I, H = 6, 5, 4, 7
+
+
+def _r(rng, *shape, scale=0.5):
+    return (rng.standard_normal(shape) * scale).astype(F32)
+
+
+def _mps_lstm(device):
+    rng = np.random.default_rng(10)
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H),
+             input_weight=_r(rng, 4 * H, I), bias=_r(rng, 4 * H), init_state=_r(rng, N, H),
+             init_cell=_r(rng, N, H))
+    desc = rc.LSTMDescriptor(training=True, forget_gate_last=True)
+    h, c, z = rc.lstm(**a, descriptor=desc, device=device)
+    g = rc.lstm_gradients(a["source"], a["recurrent_weight"], _r(rng, T, N, H), z, c,
+                          a["input_weight"], a["bias"], a["init_state"], a["init_cell"],
+                          descriptor=desc, device=device)
+    return [h, c, z, *g]
+
+
+def _mps_gru(device):
+    rng = np.random.default_rng(11)
+    a = dict(source=_r(rng, T, N, 6 * H), recurrent_weight=_r(rng, 2, 3 * H, H),
+             init_state=_r(rng, N, 2 * H), mask=(rng.uniform(size=(T, N, 2 * H)) > .3).astype(F32))
+    desc = rc.GRUDescriptor(bidirectional=True, training=True)
+    h, z = rc.gru(**a, descriptor=desc, device=device)
+    g = rc.gru_gradients(a["source"], a["recurrent_weight"], _r(rng, T, N, 2 * H), z, h,
+                         init_state=a["init_state"], mask=a["mask"], descriptor=desc,
+                         device=device)
+    return [h, z, *g]
+
+
+def _tf_block_lstm(device):
+    rng = np.random.default_rng(12)
+    args = (_r(rng, T, N, I), _r(rng, N, H), _r(rng, N, H), _r(rng, I + H, 4 * H), _r(rng, H),
+            _r(rng, H), _r(rng, H), _r(rng, 4 * H))
+    out = rc.block_lstm(T - 1, *args, use_peephole=True, cell_clip=0.5, device=device)
+    g = rc.block_lstm_grad(T - 1, *args, *out, _r(rng, T, N, H), _r(rng, T, N, H),
+                           use_peephole=True, device=device)
+    cell = rc.gru_block_cell(args[0][0], args[2], _r(rng, I + H, 2 * H), _r(rng, I + H, H),
+                             _r(rng, 2 * H), _r(rng, H), device=device)
+    return [*out, *g, *cell]
+
+
+def _cudnn(device):
+    rng = np.random.default_rng(13)
+    kw = dict(rnn_mode="lstm", direction="bidirectional", num_proj=3, dropout=0.3, seed=4)
+    L = 2
+    size = rc.cudnn_rnn_params_size(L, H, I, **{k: kw[k] for k in ("rnn_mode", "direction",
+                                                                    "num_proj")})
+    args = [_r(rng, T, N, I), _r(rng, 2 * L, N, 3), _r(rng, 2 * L, N, H),
+            _r(rng, size, scale=0.3), np.array([T, 2, 0, 5, 1], np.int32)]
+    y, hn, cn, res, host = rc.cudnn_rnn(*args, **kw, device=device)
+    g = rc.cudnn_rnn_backprop(*args, y, hn, cn, _r(rng, *y.shape), _r(rng, *hn.shape), None,
+                              res, host, **kw, device=device)
+    return [y, hn, cn, res, *g]
+
+
+OPS = [_mps_lstm, _mps_gru, _tf_block_lstm, _cudnn]
+
+
+def _run_concurrently(device, own_queue, rounds=3):
+    results, errors = {}, []
+    start = threading.Barrier(len(OPS))
+
+    def work(k):
+        try:
+            target = cl.CommandQueue(device.context, device.cl_device) if own_queue else device
+            start.wait()
+            results[k] = [OPS[k](target) for _ in range(rounds)]
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append((OPS[k].__name__, exc))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(OPS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a thread hangs"
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("own_queue", [False, True], ids=["shared-queue", "queue-per-thread"])
+def test_four_threads_different_ops(device, own_queue):
+    alone = [op(device) for op in OPS]               # each op by itself, first
+    programs.clear_memo()                            # the threads race to (re)load programs
+    before = programs.cache_stats()
+    results = _run_concurrently(device, own_queue)
+    for k, op in enumerate(OPS):
+        for r, outs in enumerate(results[k]):
+            assert len(outs) == len(alone[k])
+            for j, (got, want) in enumerate(zip(outs, alone[k])):
+                assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), \
+                    f"{op.__name__} round {r} output {j} differs from the single-thread run"
+    # one build (or disk load) per program despite four threads asking for it at once
+    after = programs.cache_stats()
+    loads = (after["source_builds"] - before["source_builds"]) + (after["disk_hits"] -
+                                                                  before["disk_hits"])
+    memo = programs._memo.get(device.context, {})
+    assert loads == len(memo), (loads, len(memo))
