@@ -1,22 +1,35 @@
 """Matrix multiply and row sums on an OpenCL device (kernels in ``cl/gemm.cl`` and ``cl/reduce.cl``).
 
 Everything is row-major; offsets, leading dimensions and batch strides are counted in elements.
-Both functions only enqueue work on ``device.queue`` (in order) and never wait on the host.
+Both functions only enqueue work on ``device.queue`` and never wait on the host.
 
-``gemm`` maps the four transpositions onto two kernels of ``gemm.cl``:
+How ``gemm`` runs a product (``gemm.cl``; one register tile of C per work-item, vector types
+inside the work-item, no local memory):
 
-=========  ==================================================================================
-NN, TN     ``pyrnn_gemm_outer``: op(A) read through strides, rows of B loaded as vectors
-TT         ``pyrnn_gemm_outer`` on C^T = B A (B as P, A as Q), C written through strides
-NT         ``pyrnn_gemm_dot``: rows of A and B are both contiguous along k
-=========  ==================================================================================
+* large products (``m*n*k*batch >= GEMM_PACK_MIN``): op(B) is first copied into tile panels
+  ``[n/TN][k][TN]`` (``pyrnn_gemm_pack_q``, when ``m >= GEMM_PACK_MIN_M``) and op(A) into
+  ``[m/TM][k][TM]`` when it is strided along k (``trans_a``, ``pyrnn_gemm_pack_p``), so that
+  ``pyrnn_gemm_outer`` reads both sequentially. The panels live in a per-thread, per-queue
+  scratch buffer (:func:`release_scratch` frees it). 2-3 launches.
+* otherwise one launch: NN/TN ``pyrnn_gemm_outer`` on A and B as stored; TT the same on
+  ``C^T = B A``; NT ``pyrnn_gemm_dot`` (rows of A and B are both contiguous along k).
 
-Tunables (``device.tuning("gemm")`` for float32, ``device.tuning("gemm_f64")`` for float64; keys
-missing there keep the ``#ifndef`` defaults of ``gemm.cl``): ``GEMM_TM`` rows and ``GEMM_TN``
-columns of C per work-item in the outer kernel (``GEMM_TN`` is a multiple of ``GEMM_VW``, the
-vector width along n), ``GEMM_DTM``/``GEMM_DTN``/``GEMM_DVW`` the same for the dot kernel (vector
-along k), ``GEMM_MFAST`` (global dimension 0 runs over row tiles) and ``GEMM_WG`` (work-items per
-group along dimension 0; host only).
+Tunables (``device.tuning("gemm")`` for float32, ``device.tuning("gemm_f64")`` for float64; a
+missing key keeps the default below / in ``gemm.cl``):
+
+==================  ===========================================================================
+``GEMM_TM``         rows of C per work-item (outer kernel)
+``GEMM_TN``         columns of C per work-item, a multiple of ``GEMM_VW`` (outer kernel)
+``GEMM_VW``         vector width along n (1, 2, 4, 8, 16)
+``GEMM_DTM/DTN``    rows/columns of C per work-item in the dot kernel
+``GEMM_DVW``        vector width along k in the dot kernel
+``GEMM_FMA``        1: ``fma()``, 0: ``mad()`` for the multiply-adds
+``GEMM_PACK_KC``    k values per work-item of the pack kernels
+``GEMM_WG``         work-items per group along dimension 0 (host only)
+``GEMM_PACK_WG``    the same for the pack kernels (host only)
+``GEMM_PACK_MIN``   multiply-adds from which operands are packed (host only)
+``GEMM_PACK_MIN_M`` rows of C (columns, for packing A) from which packing pays (host only)
+==================  ===========================================================================
 """
 
 from __future__ import annotations
@@ -26,7 +39,9 @@ import threading
 import numpy as np
 import pyopencl as cl
 
+from .devices import resolve_device
 from .errors import ShapeError
+from .programs import enqueue, get_program
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
@@ -120,8 +135,6 @@ def _pack(prog, code, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_
           dst_off, events):
     """Enqueue pack kernel ``name``: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
     with X[r, kk] = x[x_off + r*x_sr + kk*x_sk] and panel = tiles*tile*k."""
-    from .programs import enqueue
-
     tiles = -(-rows // tile)
     kernel = _kernel(prog, name, code)
     panel = tiles * tile * k
@@ -147,7 +160,7 @@ class _Scratch:
         self.buf, self.nbytes, self.queue, self.last_event = buf, nbytes, queue, None
 
     @classmethod
-    def get(cls, device, code, nbytes):
+    def get(cls, device, nbytes):
         queue = device.queue
         nbytes = max(64, int(nbytes))
         if nbytes > _SCRATCH_KEEP:
@@ -224,9 +237,6 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     ``A_i = a + a_offset + i * stride_a`` (likewise B, C). ``beta == 0`` never reads C (NaN-safe).
     ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C``.
     """
-    from .devices import resolve_device
-    from .programs import enqueue, get_program
-
     device = resolve_device(device)
     device.check_dtype(dtype)
     code = _dtype_code(dtype)
@@ -258,88 +268,88 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         _check_extent("a", a_buf, itemsize, a_off, a_rows, a_cols, lda, batch, stride_a)
         _check_extent("b", b_buf, itemsize, b_off, b_rows, b_cols, ldb, batch, stride_b)
 
+    alpha, beta = float(alpha), float(beta)
     defines, host = _gemm_config(device, code)
     prog = get_program(device, "gemm.cl", defines)
     queue = device.queue
-    alpha_v, beta_v = float(alpha), float(beta)
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
-    wg = host["GEMM_WG"]
+    # in-order queues (the default) run launches in order; on an out-of-order queue every
+    # dependency (user events, packs, the previous user of the packing buffer) becomes an event
+    in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    events = list(wait_for or [])
 
     # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
     a_si, a_sk = (1, lda) if trans_a else (lda, 1)
     b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
     pack_p, pack_q = _choose_packing(host, m, n, k, batch, trans_a, trans_b)
-    events = list(wait_for or [])
-    out_of_order = bool(queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    scratch = None
 
-    if not (pack_p or pack_q) and trans_b and not trans_a:
-        # NT without packing: rows of A and B are both contiguous along k
-        name = "pyrnn_gemm_dot"
-        tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
-        mfast = 1
-        args = (
-            int(m), int(n), int(k), int(mfast), alpha_v, beta_v,
-            a_buf, int(a_off), int(lda), int(stride_a),
-            b_buf, int(b_off), int(ldb), int(stride_b),
-            c_buf, int(c_off), int(ldc), int(1), int(stride_c),
-        )
-    else:
-        name = "pyrnn_gemm_outer"
-        if not (pack_p or pack_q) and trans_b:
-            # TT without packing: C^T = B A, so P = B (rows along k), Q = A (rows along m)
-            rows, cols = n, m
-            p = (b_buf, b_off, tm * ldb, ldb, 1, stride_b)
-            q = (a_buf, a_off, tn, lda, m, stride_a)
-            d = (c_off, 1, ldc)
+    if pack_p or pack_q:
+        # Pack into tile panels [tiles][k][tile] (one per batch entry unless the stride is 0):
+        # op(A) rows with tile GEMM_TM at element 0, op(B)^T rows with tile GEMM_TN after it.
+        mt, nt = -(-m // tm), -(-n // tn)
+        p_panel, q_panel = mt * tm * k, nt * tn * k
+        p_size = _round_up(p_panel * (batch if stride_a else 1), 16) if pack_p else 0
+        q_size = q_panel * (batch if stride_b else 1) if pack_q else 0
+        scratch = _Scratch.get(device, (p_size + q_size) * itemsize)
+        if not in_order and scratch.last_event is not None:
+            events.append(scratch.last_event)
+        pack_events = []
+        if pack_p:
+            pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_p", m, k, tm,
+                                     a_buf, a_off, a_si, a_sk, stride_a, batch, scratch.buf, 0,
+                                     events))
+            p = (scratch.buf, 0, k * tm, 1, tm, p_panel if stride_a else 0)
         else:
-            rows, cols = m, n
-            mt, nt = -(-m // tm), -(-n // tn)
-            p_elems = mt * tm * k * (batch if stride_a else 1)
-            q_elems = nt * tn * k * (batch if stride_b else 1)
-            q_start = _round_up(p_elems, 16) if pack_p else 0
-            scratch = None
-            if pack_p or pack_q:
-                scratch = _Scratch.get(device, code, (q_start + q_elems if pack_q else p_elems) * itemsize)
-                if out_of_order and scratch.last_event is not None:
-                    events.append(scratch.last_event)
-            pack_events = []
-            if pack_p:
-                pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_p", m, k, tm, a_buf, a_off, a_si, a_sk,
-                                         stride_a, batch, scratch.buf, 0, events))
-                p = (scratch.buf, 0, k * tm, 1, tm, mt * tm * k if stride_a else 0)
-            else:
-                p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
-            if pack_q:
-                # op(B) packed as rows j of op(B)^T: X[j, kk] = b[j*b_sj + kk*b_sk]
-                pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_q", n, k, tn, b_buf, b_off, b_sj, b_sk,
-                                         stride_b, batch, scratch.buf, q_start, events))
-                q = (scratch.buf, q_start, k * tn, tn, nt * tn, nt * tn * k if stride_b else 0)
-            else:
-                q = (b_buf, b_off, tn, b_sk, n, stride_b)
-            d = (c_off, ldc, 1)
-            if out_of_order and pack_events:
-                events = events + pack_events
-        tiles = (-(-rows // tm), -(-cols // tn))
-        # a work-group shares the operand its work-items read the same part of: Q (mfast)
-        # unless P is the strided one
-        mfast = 0 if (p[4] != 1 and p[3] == 1 and not pack_p) else 1
-        args = (
-            int(rows), int(cols), int(k), int(mfast), alpha_v, beta_v,
-            p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4]), int(p[5]),
-            q[0], int(q[1]), int(q[2]), int(q[3]), int(q[4]), int(q[5]),
-            c_buf, int(d[0]), int(d[1]), int(d[2]), int(stride_c),
-        )
-        if pack_p or pack_q:
-            scratch_ref = scratch
-    g0, g1 = tiles if mfast else tiles[::-1]
-    wg = max(1, min(wg, prog.work_group_size(name)))
+            p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
+        if pack_q:
+            pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_q", n, k, tn,
+                                     b_buf, b_off, b_sj, b_sk, stride_b, batch, scratch.buf,
+                                     p_size, events))
+            q = (scratch.buf, p_size, k * tn, tn, nt * tn, q_panel if stride_b else 0)
+        else:
+            q = (b_buf, b_off, tn, b_sk, n, stride_b)
+        if not in_order:
+            events += pack_events
+        rows, cols, d, mfast = m, n, (c_off, ldc, 1), 1
+    elif not trans_b:
+        # NN, TN: P = op(A) through its strides, Q = B (rows contiguous). A work-group (dimension
+        # 0) runs consecutive row tiles sharing their Q panel, except for TN, where A is read
+        # across k with a stride: then consecutive column tiles share the P panel.
+        p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
+        q = (b_buf, b_off, tn, ldb, n, stride_b)
+        rows, cols, d, mfast = m, n, (c_off, ldc, 1), 0 if trans_a else 1
+    elif trans_a:
+        # TT: C^T = B A with P = B (stored [n x k]), Q = A (stored [k x m]), C written transposed
+        p = (b_buf, b_off, tm * ldb, ldb, 1, stride_b)
+        q = (a_buf, a_off, tn, lda, m, stride_a)
+        rows, cols, d, mfast = n, m, (c_off, 1, ldc), 1
+    else:
+        # NT: rows of A and of B are both contiguous along k -> dot-product kernel
+        name = "pyrnn_gemm_dot"
+        args = (m, n, k, 1, alpha, beta, a_buf, a_off, lda, stride_a, b_buf, b_off, ldb, stride_b,
+                c_buf, c_off, ldc, 1, stride_c)
+        tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
+        _launch(prog, code, queue, host, name, args, tiles, batch, events)
+        return None
+
+    args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c)
+    tiles = (-(-rows // tm), -(-cols // tn))
+    event = _launch(prog, code, queue, host, "pyrnn_gemm_outer", args, tiles if mfast else tiles[::-1],
+                    batch, events)
+    if scratch is not None:
+        scratch.last_event = event
+    return None
+
+
+def _launch(prog, code, queue, host, name, args, groups, batch, events):
+    """Set ``args`` on kernel ``name`` and enqueue it over (groups[0] rounded up to the
+    work-group size, groups[1], batch) with local size (GEMM_WG, 1, 1)."""
     kernel = _kernel(prog, name, code)
     kernel.set_args(*args)
-    event = enqueue(queue, kernel, (_round_up(g0, wg), g1, batch), (wg, 1, 1),
-                    wait_for=events or None)
-    if name == "pyrnn_gemm_outer" and (pack_p or pack_q):
-        scratch_ref.last_event = event
-    return None
+    wg = max(1, min(host["GEMM_WG"], prog.work_group_size(name)))
+    return enqueue(queue, kernel, (_round_up(groups[0], wg), groups[1], batch), (wg, 1, 1),
+                   wait_for=events or None)
 
 
 def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_offset=0, beta=0.0,
@@ -352,9 +362,6 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     ``out_b = out + out_offset + b * stride_out``. ``beta == 0`` never reads ``out``;
     ``rows == 0`` gives ``out = beta * out``.
     """
-    from .devices import resolve_device
-    from .programs import enqueue, get_program
-
     device = resolve_device(device)
     device.check_dtype(dtype)
     code = _dtype_code(dtype)

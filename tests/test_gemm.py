@@ -31,12 +31,18 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def dev():
+@pytest.fixture(scope="module", params=["profile", "defaults"])
+def dev(request):
+    """The default device with its profile's tuning, and with none (the built-in defaults)."""
     try:
-        return get_device()
+        device = get_device()
     except DeviceNotFoundError as exc:
         pytest.skip(str(exc))
+    if request.param == "profile":
+        return device
+    plain = Device(device.cl_device, context=device.context, queue=device.queue, info=device.info)
+    plain.tuning = lambda family: {}
+    return plain
 
 
 def _need(dev, dtype):
