@@ -57,6 +57,12 @@ if ! "$PYTHON" -m tox --version >/dev/null 2>&1; then
   say "$PYTHON -m pip install tox"
   "$PYTHON" -m pip install -q tox
 fi
+# pyenv finds new console scripts only after a rehash (`python -m pip` does not trigger one).
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
+if ! command -v pyrnn-cl >/dev/null 2>&1; then
+  echo "note: pyrnn-cl is not on PATH (pip's script directory is missing from it);" \
+       "\`$PYTHON -m pyrnn_cl\` does the same" >&2
+fi
 
 # -- 3. What is there ----------------------------------------------------------------------------
 if command -v clinfo >/dev/null 2>&1; then
