@@ -280,6 +280,8 @@ class Recurrence:
         dgx = cla.empty(q, (T, N, D * G * H), dt)
         dgh = cla.empty(q, (T, N, D * G * H), dt) if separate else dgx
         res = {"dgx": dgx, "dgh": dgh, "dr": None, "dpeep": None}
+        if self.flags["HAS_PEEP"] and (T == 0 or N == 0):
+            res["dpeep"] = cla.zeros(q, (D * G * H,), dt)   # no step: zero peephole gradient
         if N == 0:
             return res
         flags = dict(HAS_DY=int(dy is not None), HAS_DHN=int(dhn is not None),

@@ -284,12 +284,14 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
                bias, init_state, init_cell, mask, peephole, secondary_bias, state_gradient,
                cell_gradient, descriptor, device):
     desc = _descriptor(kind, descriptor)
-    call = Call(dict(source=source, recurrent_weight=recurrent_weight,
-                     source_gradient=source_gradient, z_state=z_state, fwd_seq=fwd_seq,
-                     input_weight=input_weight, bias=bias, init_state=init_state,
-                     init_cell=init_cell, mask=mask, peephole=peephole,
-                     secondary_bias=secondary_bias, state_gradient=state_gradient,
-                     cell_gradient=cell_gradient), device)
+    # dtype errors name the public argument: cell_output_fwd (LSTM) / output_fwd (GRU)
+    seq_name = {"lstm": "cell_output_fwd", "gru": "output_fwd"}.get(kind, "fwd_seq")
+    call = Call({"source": source, "recurrent_weight": recurrent_weight,
+                 "source_gradient": source_gradient, "z_state": z_state, seq_name: fwd_seq,
+                 "input_weight": input_weight, "bias": bias, "init_state": init_state,
+                 "init_cell": init_cell, "mask": mask, "peephole": peephole,
+                 "secondary_bias": secondary_bias, "state_gradient": state_gradient,
+                 "cell_gradient": cell_gradient}, device)
     grads = [("source_gradient", source_gradient), ("z_state", z_state),
              ("state_gradient", state_gradient)]
     if kind != "rnn":

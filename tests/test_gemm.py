@@ -264,6 +264,34 @@ def test_other_tile_configs(dev, ta, tb, monkeypatch):
                 assert _rel(out, ref) <= 1e-5, (tuning, pack, m, n, k)
 
 
+def test_out_of_order_queue(dev, monkeypatch):
+    """On an out-of-order queue the packs, the multiply and the next call's packs (which reuse
+    the packing buffer) are chained by events; ``wait_for`` is honoured."""
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    if not dev.cl_device.queue_properties & props:
+        pytest.skip("device has no out-of-order queues")
+    queue = cl.CommandQueue(dev.context, dev.cl_device, properties=props)
+    ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
+    ooo.tuning = dev.tuning
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", (True, True))
+    rng = np.random.default_rng(11)
+    m, n, k = 45, 70, 33
+    results = []
+    for i in range(4):
+        A = rng.standard_normal((k, m)).astype(np.float32)
+        B = rng.standard_normal((n, k)).astype(np.float32)
+        a = cla.to_device(queue, A)
+        b = cla.to_device(queue, B)
+        c = cla.empty(queue, (m, n), np.float32)
+        queue.finish()
+        gemm(ooo, np.float32, m, n, k, a, b, c, trans_a=True, trans_b=True,
+             wait_for=[cl.enqueue_marker(queue)])
+        results.append((c, A.T.astype(np.float64) @ B.T))
+    queue.finish()
+    for c, ref in results:
+        assert _rel(c.get(), ref) <= 1e-5
+
+
 def test_one_launch_per_call(dev, monkeypatch):
     monkeypatch.setattr(gemm_module, "_FORCE_PACK", (False, False))
     q = dev.queue

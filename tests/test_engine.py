@@ -1,0 +1,286 @@
+"""Edge cases of the recurrence engine (``pyrnn_cl/engine.py``, ``cl/recurrence.cl``,
+``cl/cells/*.cl``) that no single dialect test pins down.
+
+* hidden sizes that no vector width divides (1, 3, 33) and batch sizes that no rows-per-work-item
+  count divides (1, 5, 13), float32 and float64, every cell (single gate, LSTM with peepholes,
+  two-phase reset-before GRU, reset-after GRU with its hidden-side bias), bidirectional;
+* the tuning knobs: ``REC_VW`` = 1 / 4 / 16 and ``REC_NB`` = 1 / 3 / 8 (set through a patched
+  ``device.tuning``) all give the float64 reference's answer, and each other's;
+* vector widths chosen by the default tuning (float32 8 and 2);
+* per-row sequence lengths (``has_len``: 0, T and values between, unsorted) through the engine
+  API itself, with final states, against the reference run row by row (pitfalls A7-A9);
+* larger sizes: N = 37 and 600 rows (> 512, pitfall A17), T = 300 steps;
+* launches: a whole sequence is O(T) kernel launches, both directions in one launch (D12), and
+  every launch is counted (``programs.launch_count``, pitfall C14).
+
+Layer-level results are checked through the MPSGraph dialect (a thin layer over the engine)
+against ``tests/reference/mps_ref.py``, with the tolerances of ``test_mps``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import pyrnn_cl as rc
+from pyrnn_cl import engine
+from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
+from pyrnn_cl.programs import launch_count
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shapes as S  # noqa: E402
+from conftest import needs_fp64  # noqa: E402
+from test_mps import (F32, F64, assert_close, check_against_reference,  # noqa: E402
+                      desc_of, grad_names, gru_flags, ref_gradients)
+from reference import mps_ref as M  # noqa: E402
+
+#: The cells of these tests: configurations shared with test_mps (compiled programs reused).
+CELLS = {
+    "rnn": ("rnn", {"activation": "tanh"}),
+    "lstm": ("lstm", {}),                                   # + peephole, mask
+    "gru-before": ("gru", gru_flags(True, False, True)),    # two kernels a step
+    "gru-after": ("gru", gru_flags(False, True, False)),    # + secondary bias
+}
+
+
+def _check(device, cell, shape, dtype, seed):
+    kind, flags = CELLS[cell]
+    desc = desc_of(kind, bidirectional=True, **flags)
+    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=seed, dtype=dtype)
+    return check_against_reference(device, kind, desc, inputs, dtype)
+
+
+# =================================================================================================
+# Sizes that no vector width / rows-per-work-item count divides
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("N", [1, 5, 13], ids=lambda n: f"N{n}")
+@pytest.mark.parametrize("H", [1, 3, 33], ids=lambda h: f"H{h}")
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_odd_hidden_and_batch_sizes(device, cell, H, N, dtype):
+    _check(device, cell, S.Shape("odd", T=4, N=N, I=3, H=H), dtype, seed=H * 100 + N)
+
+
+@pytest.mark.parametrize("H,N", [(16, 5), (6, 13)], ids=["H16-N5", "H6-N13"])
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_default_vector_widths_float32(device, cell, H, N):
+    """Hidden sizes the default tuning vectorises (float32: 8 or 2 units per work-item)."""
+    rec = engine.Recurrence(device, np.float32, CellSpec("rnn", (0,), (2,)), T=1, N=N, H=H)
+    assert H % rec.vw == 0 and rec.vw > 1, "this case must exercise a vector width > 1"
+    _check(device, cell, S.Shape("vec", T=5, N=N, I=4, H=H), np.float32, seed=H + N)
+
+
+# =================================================================================================
+# Tuning overrides
+
+
+TUNINGS = [  # (REC_VW, REC_NB, REC_WG): every VW of 1/4/16 and every NB of 1/3/8 appears
+    (1, 3, 0),
+    (4, 8, 2),
+    (16, 1, 0),
+]
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
+    """REC_VW = 1 / 4 / 16 and REC_NB = 1 / 3 / 8 (H = 16, N = 13: neither divides N) give the
+    float64 reference's answer and agree with each other to 1e-12."""
+    needs_fp64(device)
+    original = device.tuning
+    results = []
+    for vw, nb, wg in TUNINGS:
+        values = {"REC_VW": vw, "REC_VW_F64": vw, "REC_NB": nb, "REC_WG": wg}
+
+        def tuning(family, values=values):
+            out = dict(original(family))
+            if family == "recurrence":
+                out.update(values)
+            return out
+
+        monkeypatch.setattr(device, "tuning", tuning)
+        rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
+                                T=5, N=13, H=16)
+        assert (rec.vw, rec.nb) == (vw, nb), "the engine must use the tuning values"
+        results.append(_check(device, cell, S.Shape("tuned", T=5, N=13, I=3, H=16),
+                              np.float64, seed=7))
+    monkeypatch.setattr(device, "tuning", original)
+    (out0, grads0) = results[0]
+    for (vw, nb, _), (out, grads) in zip(TUNINGS[1:], results[1:]):
+        for a, b in zip(out + grads, out0 + grads0):
+            assert_close(a, b, what=f"REC_VW={vw} REC_NB={nb} vs REC_VW=1", tol=1e-12)
+
+
+# =================================================================================================
+# Sequence lengths through the engine API
+
+
+def _cell_spec(kind, desc):
+    """The engine cell of an MPSGraph descriptor, written out (not the dialect's mapping)."""
+    A = ACTIVATIONS
+    if kind == "lstm":
+        acts = tuple(A[getattr(desc, f)] for f in (
+            "input_gate_activation", "forget_gate_activation", "cell_gate_activation",
+            "output_gate_activation"))
+        return CellSpec("lstm", (0, 2, 1, 3) if desc.forget_gate_last else (0, 1, 2, 3), acts,
+                        cell_act=A[desc.activation], peephole=PEEP_MPS)
+    acts = tuple(A[getattr(desc, f)] for f in (
+        "update_gate_activation", "reset_gate_activation", "output_gate_activation"))
+    return CellSpec("gru", (1, 0, 2) if desc.reset_gate_first else (0, 1, 2), acts,
+                    reset_after=desc.reset_after, flip_z=desc.flip_z)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru-before", "gru-after"])
+def test_sequence_lengths(device, cell):
+    """Per-row lengths [T, 0, 3, 1, T-1, 2] (unsorted, 0 and T included), bidirectional:
+    outputs and gates zero past each length, the reverse direction starts at each row's own
+    end, final states are the last valid step (the initial state for length 0), gradients past
+    the length are zero; every row equals the reference run on its own valid prefix."""
+    needs_fp64(device)
+    kind, flags = CELLS[cell]
+    desc = desc_of(kind, bidirectional=True, **flags)
+    T, N, H, D = 6, 6, 5, 2
+    G = S.GATES[kind]
+    shape = S.Shape("lens", T=T, N=N, I=1, H=H)
+    present = tuple(o for o in S.OPTIONAL[kind] if o != "input_weight")
+    inputs = S.layer_inputs(kind, shape, bidirectional=True, present=present, seed=40)
+    lens = np.array([T, 0, 3, 1, T - 1, 2], np.int32)
+    rng = np.random.default_rng(41)
+    dy = rng.standard_normal((T, N, D * H))
+    dhn = rng.standard_normal((N, D * H))
+    dcn = rng.standard_normal((N, D * H)) if kind == "lstm" else None
+
+    # ---- the engine
+    q = device.queue
+    dt = np.float64
+
+    def dev(a):
+        return cla.to_device(q, np.ascontiguousarray(a, dtype=dt))
+
+    def view(a):
+        return engine.StateView(a, H, D * H)
+
+    spec = _cell_spec(kind, desc)
+    src, R = inputs["source"], inputs["recurrent_weight"]
+    gx = dev(src + inputs["bias"])
+    hb = None
+    if kind == "gru" and desc.reset_after:
+        hbh = np.zeros((D, G * H))
+        o = spec.gate_blocks[2] * H
+        hbh[:, o:o + H] = inputs["secondary_bias"].reshape(D, H)
+        hb = dev(hbh)
+    peep = dev(inputs["peephole"].reshape(D, 4 * H)) if kind == "lstm" else None
+    mask, R_d, lens_d = dev(inputs["mask"]), dev(R), cla.to_device(q, lens)
+    h0 = view(dev(inputs["init_state"]))
+    c0 = view(dev(inputs["init_cell"])) if kind == "lstm" else None
+    rec = engine.Recurrence(device, dt, spec, T=T, N=N, H=H, D=D, rev_mask=0b10, has_mask=True,
+                            has_len=True, has_hb=hb is not None, has_peep=peep is not None)
+    fwd = rec.forward(gx, R_d, h0=h0, c0=c0, hb=hb, peep=peep, mask=mask, lens=lens_d)
+    hn = view(cla.empty(q, (N, D * H), dt))
+    rec.final_state(fwd["y"], H, h0, hn, lens=lens_d)
+    if kind == "lstm":
+        cn = view(cla.empty(q, (N, D * H), dt))
+        rec.final_state(fwd["cs"], H, c0, cn, lens=lens_d)
+    dh0 = view(cla.empty(q, (N, D * H), dt))
+    dc0 = view(cla.empty(q, (N, D * H), dt)) if kind == "lstm" else None
+    grads = rec.backward(fwd, R_d, h0=h0, c0=c0, dh0=dh0, dc0=dc0, hb=hb, peep=peep, mask=mask,
+                         lens=lens_d, dy=dev(dy), dhn=view(dev(dhn)),
+                         dcn=view(dev(dcn)) if dcn is not None else None)
+    dR, _ = rec.recurrent_weight_gradient(fwd, grads, h0=h0, mask=mask, lens=lens_d)
+
+    # ---- the reference, row by row on the valid prefix
+    y_ref = np.zeros((T, N, D * H))
+    c_ref = np.zeros((T, N, D * H))
+    hn_ref, cn_ref = np.zeros((N, D * H)), np.zeros((N, D * H))
+    dgx_ref = np.zeros((T, N, D * G * H))
+    dR_ref = np.zeros_like(R)
+    dpeep_ref = np.zeros((D, 4 * H))
+    dh0_ref, dc0_ref = np.zeros((N, D * H)), np.zeros((N, D * H))
+    ref_desc = (M.LSTMDescriptor(bidirectional=True, produce_cell=True) if kind == "lstm"
+                else M.GRUDescriptor(**{**flags, "bidirectional": True}))
+    for n, L in enumerate(lens):
+        row = {k: (v[:L, n:n + 1] if k in ("source", "mask") else v[n:n + 1]
+                   if k in ("init_state", "init_cell") else v) for k, v in inputs.items()}
+        args = {k: v for k, v in row.items() if k not in ("source", "recurrent_weight")}
+        out = (M.lstm if kind == "lstm" else M.gru)(row["source"], R, **args,
+                                                    descriptor=ref_desc)
+        y_ref[:L, n] = out[0][:, 0]
+        if kind == "lstm":
+            c_ref[:L, n] = out[1][:, 0]
+        finals = [(out[0], hn_ref, "init_state")]
+        if kind == "lstm":
+            finals.append((out[1], cn_ref, "init_cell"))
+        for seq, dst, init in finals:
+            if L == 0:
+                dst[n] = row[init][0]          # length 0: the initial state is the final one
+            else:
+                dst[n, :H] = seq[L - 1, 0, :H]  # forward: the row's last valid step
+                dst[n, H:] = seq[0, 0, H:]      # reverse: after t = 0
+        g = dict(zip(grad_names(kind, row), ref_gradients(
+            kind, row, desc, dy[:L, n:n + 1], dhn[n:n + 1],
+            dcn[n:n + 1] if dcn is not None else None)))
+        dgx_ref[:L, n] = g["source"][:, 0]
+        dR_ref += g["recurrent_weight"]
+        dh0_ref[n] = g["init_state"][0]
+        if kind == "lstm":
+            dpeep_ref += g["peephole"]
+            dc0_ref[n] = g["init_cell"][0]
+
+    assert_close(fwd["y"].get(), y_ref, what="y")
+    assert_close(hn.array.get(), hn_ref, what="final h")
+    assert_close(grads["dgx"].get(), dgx_ref, what="dgx", part="gradient")
+    assert_close(dR.get().reshape(dR_ref.shape), dR_ref, what="dR", part="gradient")
+    assert_close(dh0.array.get(), dh0_ref, what="dh0", part="gradient")
+    if kind == "lstm":
+        assert_close(fwd["cs"].get(), c_ref, what="c")
+        assert_close(cn.array.get(), cn_ref, what="final c")
+        assert_close(grads["dpeep"].get().reshape(D, 4 * H), dpeep_ref, what="dpeep",
+                     part="gradient")
+        assert_close(dc0.array.get(), dc0_ref, what="dc0", part="gradient")
+
+
+# =================================================================================================
+# Larger sizes
+
+
+LARGE = [
+    pytest.param(S.Shape("wide", T=19, N=37, I=5, H=19), np.float32, id="T19-N37-H19-f32"),
+    pytest.param(S.Shape("batch_600", T=2, N=600, I=3, H=3), np.float64, marks=pytest.mark.fp64,
+                 id="T2-N600-H3-f64"),
+    pytest.param(S.Shape("long", T=300, N=3, I=2, H=5), np.float64, marks=pytest.mark.fp64,
+                 id="T300-N3-H5-f64"),
+]
+
+
+@pytest.mark.parametrize("shape,dtype", LARGE)
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_larger_sizes(device, cell, shape, dtype):
+    """Realistic batch sizes (> 512 rows) and long sequences (no drift over 300 steps)."""
+    _check(device, cell, shape, dtype, seed=shape.N + shape.T)
+
+
+# =================================================================================================
+# Launches
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_launches_are_counted_and_linear_in_T(device, cell):
+    """Every kernel goes through programs.enqueue (launch_count grows); one sequence is at most
+    two step kernels per step (reset-before GRU) plus a constant, for both directions at once."""
+    kind, flags = CELLS[cell]
+    desc = desc_of(kind, bidirectional=True, **flags)
+    T = 9
+    inputs = S.layer_inputs(kind, S.Shape("launch", T=T, N=5, I=3, H=11), bidirectional=True,
+                            seed=50, dtype=np.float32)
+    src, R = inputs.pop("source"), inputs.pop("recurrent_weight")
+    op = {"rnn": rc.single_gate_rnn, "lstm": rc.lstm, "gru": rc.gru}[kind]
+    op(src, R, **inputs, descriptor=desc, device=device)          # compile outside the count
+    before = launch_count()
+    op(src, R, **inputs, descriptor=desc, device=device)
+    launched = launch_count() - before
+    steps = 2 if cell == "gru-before" else 1
+    assert T <= launched <= steps * T + 12, f"{launched} launches for T={T}"
