@@ -664,7 +664,7 @@ def test_empty_sizes(device, kind, shape, bidirectional):
     needs_fp64(device)
     desc = desc_of(kind, bidirectional=bidirectional, **default_flags(kind))
     inputs = S.layer_inputs(kind, shape, bidirectional=bidirectional, seed=22)
-    T, N, I, H = shape.T, shape.N, shape.I, shape.H
+    T, N, H = shape.T, shape.N, shape.H
     D = 2 if bidirectional else 1
     G = S.GATES[kind]
     out = forward(kind, inputs, training_desc(kind, desc), device)
