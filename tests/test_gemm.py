@@ -190,7 +190,8 @@ def test_every_path(dev, dtype, pack, ta, tb, monkeypatch):
 @pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
 def test_every_path_batched(dev, pack, ta, tb, monkeypatch):
-    """Batched products through each path, with padded leading dimensions and broadcast B."""
+    """Batched products through each path, with padded leading dimensions; one operand is
+    shared by every batch entry (batch stride 0), A in one call and B in the other."""
     monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
     rng = np.random.default_rng(9)
     q = dev.queue
@@ -198,15 +199,19 @@ def test_every_path_batched(dev, pack, ta, tb, monkeypatch):
     a_rows, a_cols = (k, m) if ta else (m, k)
     b_rows, b_cols = (n, k) if tb else (k, n)
     lda, ldb = a_cols + 2, b_cols + 3
-    As = rng.standard_normal((batch, a_rows, lda)).astype(np.float32)
-    B = rng.standard_normal((b_rows, ldb)).astype(np.float32)
-    c = cla.zeros(q, (batch, m, n), np.float32)
-    gemm(dev, np.float32, m, n, k, _dev_array(q, As), _dev_array(q, B), c, trans_a=ta,
-         trans_b=tb, lda=lda, ldb=ldb, batch=batch, stride_a=a_rows * lda, stride_b=0,
-         stride_c=m * n)
-    ref = np.stack([_op(A[:, :a_cols], ta).astype(np.float64) @ _op(B[:, :b_cols], tb)
-                    for A in As])
-    assert _rel(c.get(), ref) <= 1e-5
+    for shared in ("a", "b"):
+        As = rng.standard_normal((1 if shared == "a" else batch, a_rows, lda)).astype(np.float32)
+        Bs = rng.standard_normal((1 if shared == "b" else batch, b_rows, ldb)).astype(np.float32)
+        c = cla.zeros(q, (batch, m, n), np.float32)
+        gemm(dev, np.float32, m, n, k, _dev_array(q, As), _dev_array(q, Bs), c, trans_a=ta,
+             trans_b=tb, lda=lda, ldb=ldb, batch=batch,
+             stride_a=0 if shared == "a" else a_rows * lda,
+             stride_b=0 if shared == "b" else b_rows * ldb, stride_c=m * n)
+        ref = np.stack([
+            _op(As[i % len(As)][:, :a_cols], ta).astype(np.float64)
+            @ _op(Bs[i % len(Bs)][:, :b_cols], tb) for i in range(batch)
+        ])
+        assert _rel(c.get(), ref) <= 1e-5, shared
 
 
 def test_large_products_pick_packing(dev):
