@@ -16,7 +16,8 @@ MPSGraph layers (one layer, time-major ``x [T,N,I]``; ``W [G·H, I]`` or None fo
         c = (h r m) R_o^T  (reset_after=False)   |   c = ((h m) R_o^T + b2) r  (True)
         o = f_o(c + x'_o);   h = (1-z) h + z o  (flip_z=False)   |   z h + (1-z) o  (True)
 
-TensorFlow block ops (``[x, h_prev] · w + b``; GRUBlockCell columns ``[r|u]``; LSTM ICFO, V2 IFCO)::
+TensorFlow block ops (``[x, h_prev] · w + b``; GRUBlockCell columns ``[r|u]``; LSTM ICFO, V2
+IFCO)::
 
     GRU:  r, u = σ(.);  c = tanh([x, h r] w_c + b_c);  h = u h_prev + (1-u) c
     LSTM: i = σ(a_i + wci cs_prev);  f = σ(a_f + forget_bias + wcf cs_prev);  ci = tanh(a_ci)
