@@ -114,6 +114,18 @@ def _dummy(device, dtype):
     return cla.zeros(device.queue, (1,), dtype)
 
 
+def _int_arg_setter(knl, index):
+    """A function setting int32 argument ``index`` of ``knl``: the step loop's only per-launch
+    argument. pyopencl's ``Kernel.set_arg`` first dispatches on the argument's Python type,
+    measured at 18-57 us a call on PoCL (more than the launch itself); the buffer entry point
+    it ends in (``_set_arg_buf``, the one pyopencl's generated ``set_args`` uses) takes < 1 us.
+    Falls back to ``set_arg`` on a pyopencl without it."""
+    fast = getattr(knl, "_set_arg_buf", None)
+    if fast is None:
+        return lambda value: knl.set_arg(index, _I32(value))
+    return lambda value: fast(index, _I32(value))
+
+
 def _vector_width(limit, *sizes):
     """The largest of 16, 8, 4, 2, 1 not above ``limit`` that divides every size."""
     for vw in (16, 8, 4, 2, 1):
@@ -140,9 +152,16 @@ class Recurrence:
                           HAS_PEEP=int(has_peep), HAS_PROJ=int(bool(P)))
         self.clip = float(clip)
         tuning = device.tuning("recurrence")
-        limit = int(tuning.get("REC_VW", 8 if self.dtype == np.float32 else 4))
+        if self.dtype == np.float32:
+            limit = int(tuning.get("REC_VW", 8))
+        else:   # same register bytes as float32 unless the table says otherwise
+            limit = int(tuning.get("REC_VW_F64", max(1, int(tuning.get("REC_VW", 8)) // 2)))
         self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
-        self.nb = int(tuning.get("REC_NB", 4))
+        # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
+        nb = max(1, int(tuning.get("REC_NB", 4)))
+        self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
+        # work-items per group along the batch-group dimension (0: the driver chooses)
+        self.wg = max(0, int(tuning.get("REC_WG", 0)))
         self.G = cell.G
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
@@ -175,24 +194,45 @@ class Recurrence:
         return self._dummy.base_data if a is None else a.base_data
 
     def _step_grid(self, width):
-        return ((self.N + self.nb - 1) // self.nb, self.D * (width // self.vw))
+        """``(global, local)`` of a step kernel over ``width`` units: dimension 0 runs over
+        groups of ``nb`` batch rows, dimension 1 over vectors of ``vw`` units of every
+        direction. Work-items of one group share the weight slab of their units."""
+        groups = (self.N + self.nb - 1) // self.nb
+        grid = (groups, self.D * (width // self.vw))
+        if not self.wg:
+            return grid, None
+        wg0 = max(d for d in range(1, min(self.wg, groups) + 1) if groups % d == 0)
+        return grid, (wg0, 1)
 
     def _run_steps(self, kernels, step_arg_index, steps):
-        """Enqueue ``kernels`` (list of (kernel, global size)) for every step in ``steps``."""
+        """Enqueue ``kernels`` (list of (kernel, (global, local))) for every step in ``steps``;
+        only the step index argument changes between launches."""
         q = self.device.queue
+        plan = [(knl, _int_arg_setter(knl, step_arg_index[knl]), grid, local)
+                for knl, (grid, local) in kernels]
         for s in steps:
-            for knl, grid in kernels:
-                knl.set_arg(step_arg_index[knl], _I32(s))
-                enqueue(q, knl, grid)
+            for knl, set_step, grid, local in plan:
+                set_step(s)
+                enqueue(q, knl, grid, local)
 
     def pack(self, weight, rows, width, G, blocks):
-        """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]``."""
+        """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
+        product's layout: per column, the G gate vectors of VW units side by side)."""
         packed = cla.empty(self.device.queue, (self.D * G * rows * width,), self.dtype)
         knl = self._program().kernel("pyrnn_pack")
         blk = list(blocks) + [0] * (4 - len(blocks))
         knl.set_args(_I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
                      weight.base_data, packed.base_data)
-        enqueue(self.device.queue, knl, (width, G * rows, self.D))
+        enqueue(self.device.queue, knl, (width, G * rows // self.vw, self.D))
+        return packed
+
+    def pack_t(self, weight, rows, cols):
+        """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
+        backward reductions' layout: each work-item streams one contiguous slab)."""
+        packed = cla.empty(self.device.queue, (self.D * rows * cols,), self.dtype)
+        knl = self._program().kernel("pyrnn_pack_t")
+        knl.set_args(_I32(rows), _I32(cols), weight.base_data, packed.base_data)
+        enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------
@@ -296,6 +336,11 @@ class Recurrence:
         rpk = fwd.get("rpk")
         if self.cell.needs_hn and T:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
+        # transposed packs for the reductions dh = dgh R (and dh = dr W_proj); rows that add
+        # nothing read the zero row
+        rt = self.pack_t(R, G * H, K)
+        wt = self.pack_t(w_proj, self.P, H) if self.P else rt
+        zrow = cla.zeros(q, (max(G * H, K),), dt)
         kernels, index = [], {}
         dr = None
         if self.P:
@@ -303,15 +348,16 @@ class Recurrence:
             res["dr"] = dr
             bp = prog.kernel("pyrnn_bwd_proj")
             bp.set_args(_I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                        dgh.base_data, R.base_data, self._or_dummy(dy), dr.base_data,
+                        dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
+                        dr.base_data,
                         dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
                         dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
             kernels.append((bp, self._step_grid(self.P)))
             index[bp] = 5
         bw = prog.kernel("pyrnn_bwd")
         bw.set_args(_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(0),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data,
-                    (w_proj if self.P else R).base_data, self._or_dummy(rpk), self._or_dummy(hb),
+                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
+                    zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
                     self._or_dummy(peep), fwd["y"].base_data if T else self._dummy.base_data,
                     self._or_dummy(fwd.get("cs") if T else None),
                     self._or_dummy(dr if self.P else dy),
@@ -329,8 +375,9 @@ class Recurrence:
         if self.cell.two_phase:
             bb = prog.kernel("pyrnn_bwd_b")
             bb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
-                        fwd["sav"].base_data, dgx.base_data, dgh.base_data, R.base_data,
-                        fwd["y"].base_data if T else self._dummy.base_data, carry_h.base_data,
+                        fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
+                        zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
+                        carry_h.base_data,
                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
                         self._or_dummy(lens))
             kernels.append((bb, self._step_grid(H)))

@@ -7,15 +7,20 @@
  *                          kernels overwrite it in place with the saved gates (MPSGraph's z_state)
  *   y    [T][N][D][K]      outputs h[t] (or r[t] = W_proj h[t]); zero where t >= len[n]
  *   cs   [T][N][D][H]      LSTM cell sequence;  hs [T][N][D][H] h before the projection
- *   R    [D][G*H][K]       recurrent weights, user layout (backward reads columns as vectors)
- *   rpk  [D][H/VW][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots
+ *   R    [D][G*H][K]       recurrent weights, user layout (only the pack kernels read it)
+ *   rpk  [D][H/VW][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots (forward)
+ *   rt   [D][K/VW][G*H][VW]   R transposed per vector of VW columns, user rows (backward dh = dgh R);
+ *                          wt is W_proj [D][P][H] packed the same way ([D][H/VW][P][VW])
  *   h0, c0, dh0, dc0, final states: [D][N][K] addressed with explicit (direction, batch) strides
  * Canonical gate slot k lives in user block GATE_BLK_k. Direction d runs reversed when bit d of
  * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
  * t >= len[n] are skipped: zero outputs; h[t-1] of a row is y[t-1] if that step was valid, else h0.
  *
  * Work split of every step kernel: global (ceil(N/NB), D*W/VW); a work-item owns VW consecutive
- * units of one direction for NB batch rows and keeps NB x gates vector accumulators.
+ * units of one direction for NB batch rows and keeps NB x gates vector accumulators (the register
+ * tile) while it streams its contiguous weight slab once. Tunables (devices/<vendor>.py TUNING
+ * "recurrence"): REC_VW vector width, REC_NB batch rows per work-item, REC_WG work-items per
+ * group along dimension 0 (host only).
  */
 #ifndef CELL_G
 #error "include a cells/<cell>.cl file before recurrence.cl"
@@ -64,6 +69,13 @@
 #define HAS_DCS 0           /* per-step gradient of c[t] (TensorFlow's cs_grad) */
 #endif
 
+/* Register tiles: the small loops over batch rows and gates must be unrolled so the accumulators
+ * live in registers (clang's loop pragma; harmless where a compiler ignores it). Without it PoCL
+ * kept the tile in memory and the step ran about 8x slower. */
+#ifndef PYRNN_UNROLL
+#define PYRNN_UNROLL _Pragma("unroll")
+#endif
+
 PYRNN_FUNC int gate_blk(int k)
 {
     return k == 0 ? GATE_BLK_0 : k == 1 ? GATE_BLK_1 : k == 2 ? GATE_BLK_2 : GATE_BLK_3;
@@ -92,36 +104,81 @@ PYRNN_FUNC int prev_time(int t, int rev, int len, int T)
 }
 
 /* acc[b][k] += sum_{m < K} (h_b[m] . mask_b[m]) * W[m][k0 + k] for k < ng: the forward product
- * through packed weights; slab = rpk at (direction, vector of units). */
+ * through packed weights; slab = rpk at (direction, vector of units).
+ * The register tile (REC_NB x ng vectors) is a local array indexed only inside unrolled loops
+ * with constant bounds (ng is a constant after inlining), so it lives in registers; the caller's
+ * `acc` may then be indexed freely. */
 PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *const rows[REC_NB],
                                __global const real *const mrows[REC_NB],
                                __global const real *slab, int K, int k0, int ng)
 {
+    realV a[REC_NB][CELL_G];
+    __global const real *r[REC_NB];
+    __global const real *mr[REC_NB];
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) {
+        r[b] = rows[b];
+        mr[b] = mrows[b];
+        PYRNN_UNROLL
+        for (int k = 0; k < CELL_G; ++k) a[b][k] = VZERO;
+    }
     for (int m = 0; m < K; ++m) {
         realV w[CELL_G];
-        for (int k = 0; k < ng; ++k) w[k] = LOADV(slab + ((long)m * CELL_G + k0 + k) * REC_VW);
+        PYRNN_UNROLL
+        for (int k = 0; k < CELL_G; ++k)
+            if (k < ng) w[k] = LOADV(slab + ((long)m * CELL_G + k0 + k) * REC_VW);
+        PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) {
 #if HAS_MASK
-            const realV x = (realV)(rows[b][m] * mrows[b][m]);
+            const realV x = (realV)(r[b][m] * mr[b][m]);
 #else
-            const realV x = (realV)(rows[b][m]);
+            const realV x = (realV)(r[b][m]);
 #endif
-            for (int k = 0; k < ng; ++k) acc[b][k] = fma(x, w[k], acc[b][k]);
+            PYRNN_UNROLL
+            for (int k = 0; k < CELL_G; ++k)
+                if (k < ng) a[b][k] = fma(x, w[k], a[b][k]);
         }
+    }
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) {
+        PYRNN_UNROLL
+        for (int k = 0; k < CELL_G; ++k)
+            if (k < ng) acc[b][k] += a[b][k];
     }
 }
 
-/* acc[b] += sum_{i < nrows} src_b[soff + i] * W[i][j .. j+VW) : the backward reduction through a row-major
- * weight matrix whose rows are gates x units (R) or projection outputs (W_proj); row stride ld. */
-PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src[REC_NB],
-                               const int ok[REC_NB], int soff, __global const real *w, int nrows,
-                               long ld)
+/* acc[b] += sum_{i < nrows} src_b[soff + i] * Wt[i][0 .. VW): the backward reduction through a
+ * transposed pack (pyrnn_pack_t); slab = the pack at (direction, vector of output units, first row).
+ * Rows that must not contribute point `src` at a zero row (kernel argument `zrow`), so the loop has
+ * no branches. Two interleaved accumulator sets give every vector FMA pipe independent chains. */
+PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src[REC_NB], int soff,
+                               __global const real *slab, int nrows)
 {
-    for (int i = 0; i < nrows; ++i) {
-        realV wr = LOADV(w + (long)i * ld);
-        for (int b = 0; b < REC_NB; ++b)
-            if (ok[b]) acc[b] = fma((realV)(src[b][soff + i]), wr, acc[b]);
+    realV a0[REC_NB], a1[REC_NB];
+    __global const real *x[REC_NB];
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) {
+        x[b] = src[b] + soff;
+        a0[b] = VZERO;
+        a1[b] = VZERO;
     }
+    const int pairs = nrows / 2;
+    for (int i = 0; i < pairs; ++i) {
+        const realV w0 = LOADV(slab + (long)(2 * i) * REC_VW);
+        const realV w1 = LOADV(slab + (long)(2 * i + 1) * REC_VW);
+        PYRNN_UNROLL
+        for (int b = 0; b < REC_NB; ++b) {
+            a0[b] = fma((realV)(x[b][2 * i]), w0, a0[b]);
+            a1[b] = fma((realV)(x[b][2 * i + 1]), w1, a1[b]);
+        }
+    }
+    if (nrows & 1) {
+        const realV w0 = LOADV(slab + (long)(nrows - 1) * REC_VW);
+        PYRNN_UNROLL
+        for (int b = 0; b < REC_NB; ++b) a0[b] = fma((realV)(x[b][nrows - 1]), w0, a0[b]);
+    }
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) acc[b] += a0[b] + a1[b];
 }
 
 /* ---- forward ----------------------------------------------------------------------------- */
@@ -339,7 +396,8 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
  * state gradient); for s = -1 it writes dh0 (h0 is P wide). Runs before pyrnn_bwd of the same s. */
 __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
                              const int rev_mask, const int s, __global const real *dgh,
-                             __global const real *R, __global const real *dy, __global real *dr,
+                             __global const real *rt, __global const real *zrow,
+                             __global const real *dy, __global real *dr,
                              __global const real *dhn, const long dhn_sd, const long dhn_sn,
                              __global real *dh0, const long dh0_sd, const long dh0_sn,
                              __global const int *lens)
@@ -356,10 +414,10 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     for (int b = 0; b < REC_NB; ++b) {
         row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
         ok[b] = row[b].valid && row[b].tn >= 0;
-        src[b] = dgh + seq_off(max(row[b].tn, 0), min(row[b].n, N - 1), d, N, D, GH);
+        src[b] = ok[b] ? dgh + seq_off(row[b].tn, row[b].n, d, N, D, GH) : zrow;
         acc[b] = VZERO;
     }
-    column_product(acc, src, ok, 0, R + (long)d * GH * P + p, GH, P);
+    column_product(acc, src, 0, rt + (long)(d * PV + p / REC_VW) * GH * REC_VW, GH);
     for (int b = 0; b < REC_NB; ++b) {
         const int n = row[b].n;
         if (n >= N) continue;
@@ -383,7 +441,8 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
 __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, __global const real *sav, __global real *dgx,
-                        __global real *dgh, __global const real *W, __global const real *rpk,
+                        __global real *dgh, __global const real *wt, __global const real *zrow,
+                        __global const real *rpk,
                         __global const real *hb, __global const real *peep,
                         __global const real *y, __global const real *cs,
                         __global const real *dy,
@@ -413,20 +472,23 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
 #if HAS_PROJ
         /* dh[t] = dr[t] W_proj  (W = W_proj [D][P][H], `dy` holds dr) */
         ok[b] = s >= 0 && row[b].valid;
-        src[b] = dy + seq_off(max(t, 0), nn, d, N, D, K);
+        src[b] = ok[b] ? dy + seq_off(t, nn, d, N, D, K) : zrow;
 #else
         ok[b] = row[b].valid && row[b].tn >= 0;
-        src[b] = dgh + seq_off(max(row[b].tn, 0), nn, d, N, D, GH);
+        src[b] = ok[b] ? dgh + seq_off(row[b].tn, nn, d, N, D, GH) : zrow;
 #endif
     }
+    /* this direction's slab of the transposed pack: [rows][VW] for units j .. j+VW */
+    __global const real *slab = wt + (long)(d * HV + j / REC_VW) * (HAS_PROJ ? K : GH) * REC_VW;
 #if HAS_PROJ
-    column_product(acc, src, ok, 0, W + (long)d * K * H + j, K, H);
+    column_product(acc, src, 0, slab, K);
+#elif CELL_GA == CELL_G
+    column_product(acc, src, 0, slab, GH);
 #else
-    /* gates whose hidden-side gradient flows through R here: all, or z and r of a two-phase GRU
-     * (the o gate's reaches h[t-1] through r in pyrnn_bwd_b and carry_h) */
+    /* z and r of a two-phase GRU (the o gate's gradient reaches h[t-1] through r in pyrnn_bwd_b
+     * and carry_h) */
     for (int k = 0; k < CELL_GA; ++k)
-        column_product(acc, src, ok, gate_blk(k) * H,
-                       W + ((long)d * GH + gate_blk(k) * H) * K + j, H, K);
+        column_product(acc, src, gate_blk(k) * H, slab + (long)gate_blk(k) * H * REC_VW, H);
 #endif
 
     /* h[t-1] of each row: input of the recurrent product (for GRU's hn and its direct path) */
@@ -555,7 +617,8 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
  * h[t-1] . r . m path of carry_h. */
 __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
                           __global const real *sav, __global real *dgx, __global real *dgh,
-                          __global const real *R, __global const real *y,
+                          __global const real *rt, __global const real *zrow,
+                          __global const real *y,
                           __global real *carry_h,
                           __global const real *h0, const long h0_sd, const long h0_sn,
                           __global const real *mask, __global const int *lens)
@@ -572,10 +635,11 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
     for (int b = 0; b < REC_NB; ++b) {
         row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
         ok[b] = row[b].valid;
-        src[b] = dgh + seq_off(t, min(row[b].n, N - 1), d, N, D, GH) + gate_blk(CELL_GA) * H;
+        src[b] = ok[b] ? dgh + seq_off(t, row[b].n, d, N, D, GH) : zrow;
         q[b] = VZERO;
     }
-    column_product(q, src, ok, 0, R + ((long)d * GH + gate_blk(CELL_GA) * H) * H + j, H, H);
+    const int blk_o = gate_blk(CELL_GA) * H;
+    column_product(q, src, blk_o, rt + ((long)(d * HV + j / REC_VW) * GH + blk_o) * REC_VW, H);
     for (int b = 0; b < REC_NB; ++b) {
         if (!ok[b]) continue;
         const int n = row[b].n;
@@ -601,18 +665,32 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
 
 /* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
- * block blk_k). Also packs W_proj with G = 1. Global size (K, G*H, D). */
+ * block blk_k). Also packs W_proj with G = 1. Global size (K, G*H/VW, D): one work-item gathers the
+ * VW units of one gate at one column m (dimension 0 runs along m, so neighbouring work-items
+ * reuse the same VW rows of R) and stores them as one vector. */
 __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
                          const int blk2, const int blk3, __global const real *R,
                          __global real *rpk)
 {
-    const int m = get_global_id(0), kj = get_global_id(1), d = get_global_id(2);
-    const int k = kj / H, jj = kj % H;
+    const int m = get_global_id(0), kv = get_global_id(1), d = get_global_id(2);
+    const int HV = H / REC_VW, k = kv / HV, jv = kv % HV;
     const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
-    const long src = ((long)d * G * H + (long)blk * H + jj) * K + m;
-    const long dst = (((long)d * (H / REC_VW) + jj / REC_VW) * K + m) * G * REC_VW
-                     + (long)k * REC_VW + jj % REC_VW;
-    rpk[dst] = R[src];
+    __global const real *src = R + ((long)d * G * H + (long)blk * H + jv * REC_VW) * K + m;
+    __global real *dst = rpk + (((long)d * HV + jv) * K + m) * G * REC_VW + k * REC_VW;
+    PYRNN_UNROLL
+    for (int i = 0; i < REC_VW; ++i) dst[i] = src[(long)i * K];
+}
+
+/* Transposed pack for the backward reductions: W [D][rows][cols] into wt [D][cols/VW][rows][VW],
+ * wt[d][c][r][v] = W[d][r][c*VW + v] (R with rows = G*H in the user's block order; W_proj with
+ * rows = P). Global size (cols/VW, rows, D); one vector copied per work-item. */
+__kernel void pyrnn_pack_t(const int rows, const int cols, __global const real *W,
+                           __global real *wt)
+{
+    const int c = get_global_id(0), r = get_global_id(1), d = get_global_id(2);
+    const long src = ((long)d * rows + r) * cols + (long)c * REC_VW;
+    const long dst = (((long)d * (cols / REC_VW) + c) * rows + r) * REC_VW;
+    STOREV(LOADV(W + src), wt + dst);
 }
 
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
