@@ -417,9 +417,10 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
 
     ``inputs``: source, weights, biases, upstream gradient. ``reserve``: what the training
     forward returns for backward (saved gates ``[T][N][D*G*H]``, h ``[T][N][D*H]`` and the LSTM
-    cell sequence). ``fwd_workspace``: packed recurrent weights (both packings). ``bwd_workspace``:
-    gate gradients (two arrays for GRU), carries, the recomputed h sequence (LSTM gradients
-    rebuild it from the saved gates), the recurrent-product inputs, and the gradient outputs.
+    cell sequence). ``fwd_workspace``: the packed recurrent weights. ``bwd_workspace``: the
+    transposed pack of R (and for GRU the forward pack again), gate gradients (two arrays for
+    GRU), carries, the recomputed h sequence (LSTM gradients rebuild it from the saved gates),
+    the recurrent-product inputs, and the gradient outputs.
     """
     T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
     lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
@@ -431,6 +432,7 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
         reserve += T * N * GH + seq_h + (seq_h if lstm else 0)
         packed = D * G * H * H
         fwd_ws += packed                                         # R packed
+        bwd_ws += packed * (2 if gru else 1)                     # transposed pack (+ R again)
         bwd_ws += T * N * GH * (2 if gru else 1)                 # dgx (+ dgh)
         bwd_ws += seq_h * (2 if lstm else 1)                     # carry_h (+ carry_c)
         bwd_ws += seq_h if lstm else 0                           # y rebuilt from the gates
@@ -528,6 +530,7 @@ def _machine(device, threads: int, torch_version) -> dict:
     from .devices.info import parse_version
 
     info = device.info
+    tuning = device.tuning("recurrence")
     pocl = parse_version(info.platform_version, "PoCL")
     llvm = parse_version(info.platform_version, "LLVM")
     return {
@@ -540,6 +543,7 @@ def _machine(device, threads: int, torch_version) -> dict:
         "compute_units": info.compute_units,
         "cpu": _cpu_model(),
         "threads": threads,
+        "recurrence_tuning": dict(tuning),
         "pocl_threads_env": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -694,7 +698,7 @@ def format_table(result: dict) -> str:
         f"pyrnn_cl bench - {m['date']} - device: {m['device']} ({m['platform_version']})",
         f"CPU: {m['cpu']}; threads: {m['threads']} (PoCL compute units {m['compute_units']}, "
         f"POCL_MAX_PTHREAD_COUNT={m['pocl_threads_env'] or 'unset'}); numpy {m['numpy']}, "
-        f"torch {m['torch'] or 'not installed'}",
+        f"torch {m['torch'] or 'not installed'}; recurrence tuning {m['recurrence_tuning']}",
         f"NumPy SGEMM 1024^3 ({m['threads']} threads): {s['median']:.1f} GFLOP/s median, "
         f"{s['max']:.1f} best",
         f"FLOPs: {result['flop_convention']}.",
