@@ -1,7 +1,8 @@
 """Property-based fuzzing of every public op with Hypothesis (pitfalls A9, A17, A26).
 
 (a) **Valid configurations**: random small shapes (including T = 0 and N = 0, hidden sizes that
-    no vector width divides) and random flags / optional inputs of every op, in float64,
+    no vector width divides; sizes are drawn from a few classes so that the set of compiled
+    programs stays small) and random flags / optional inputs of every op, in float64,
     compared with the independent float64 references of ``tests/reference/`` (forward outputs
     and every gradient).
 (b) **Malformed calls**: one random mutation of a random valid call of a random op
@@ -10,7 +11,7 @@
     before any kernel is launched: never a crash, hang or result.
 
 CI runs a bounded, derandomized number of examples (the same every run):
-``PYRNN_CL_FUZZ_EXAMPLES`` (default 6) valid configurations per op family and 25 times as many
+``PYRNN_CL_FUZZ_EXAMPLES`` (default 5) valid configurations per op family and 25 times as many
 malformed calls. The ≥ 10 000-call malformed run with crash/hang supervision is
 ``python tools/fuzz_malformed.py --calls 10000 --seed 0`` (README, "Reliability notes"); its
 supervisor is tested here with an injected segmentation fault.
@@ -40,7 +41,7 @@ FZ = sys.modules.setdefault("fuzz_malformed", importlib.util.module_from_spec(_s
 if not hasattr(FZ, "make_call"):
     _spec.loader.exec_module(FZ)
 
-VALID = int(os.environ.get("PYRNN_CL_FUZZ_EXAMPLES", "6"))
+VALID = int(os.environ.get("PYRNN_CL_FUZZ_EXAMPLES", "5"))
 FUZZ = settings(max_examples=VALID, derandomize=True, deadline=None, print_blob=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -63,8 +64,8 @@ def normal(rng, shape, scale=1.0):
 @st.composite
 def mps_problems(draw):
     kind = draw(st.sampled_from(["rnn", "lstm", "gru"]))
-    T, N = draw(st.integers(0, 5)), draw(st.sampled_from([0, 1, 2, 3, 5]))
-    I, H = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 3, 5]))
+    T, N = draw(st.integers(0, 5)), draw(st.sampled_from([0, 1, 3, 5]))
+    I, H = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3, 5]))
     D = draw(st.sampled_from([1, 2]))
     opt = {n: draw(st.booleans()) for n in ("input_weight", "bias", "init_state", "init_cell",
                                              "mask", "peephole", "secondary_bias")}
@@ -153,8 +154,8 @@ def test_mps_valid_configurations(device, problem):
 @st.composite
 def tf_problems(draw):
     op = draw(st.sampled_from(["gru_cell", "lstm_cell", "block_lstm", "block_lstm_v2"]))
-    T, N = draw(st.integers(0, 4)), draw(st.sampled_from([0, 1, 2, 3, 5]))
-    I, H = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 3, 5]))
+    T, N = draw(st.integers(0, 4)), draw(st.sampled_from([0, 1, 3, 5]))
+    I, H = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3, 5]))
     return dict(op=op, T=T, N=N, I=I, H=H, seq_len_max=draw(st.integers(0, T)),
                 use_peephole=draw(st.booleans()),
                 forget_bias=draw(st.sampled_from([0.0, 1.0, -0.5])),
@@ -224,8 +225,8 @@ def test_tf_valid_configurations(device, p):
 def cudnn_problems(draw):
     mode = draw(st.sampled_from(["rnn_relu", "rnn_tanh", "lstm", "gru"]))
     L, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
-    T, N = draw(st.integers(0, 4)), draw(st.sampled_from([0, 1, 2, 3, 5]))
-    H = draw(st.sampled_from([2, 3, 5]))
+    T, N = draw(st.integers(0, 4)), draw(st.sampled_from([0, 1, 3, 5]))
+    H = draw(st.sampled_from([3, 5]))
     imode = draw(st.sampled_from(["linear_input", "skip_input", "auto_select"]))
     I = H if imode == "skip_input" else draw(st.integers(1, 5))
     P = draw(st.integers(0, H - 1)) if mode == "lstm" else 0

@@ -44,7 +44,7 @@ def test_lstm_ten_thousand_steps(device):
     """T = 10 000, one direction, float32: every step of h and c, and every gradient, against
     the float64 reference."""
     rng = np.random.default_rng(0)
-    T, N, I, H = 10_000, 2, 3, 4
+    T, N, I, H = 10_000, 3, 3, 5
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H, scale=0.4),
              input_weight=_r(rng, 4 * H, I, scale=0.4), bias=_r(rng, 4 * H, scale=0.2),
              init_state=_r(rng, N, H), init_cell=_r(rng, N, H))

@@ -48,7 +48,7 @@ def expect(exc, fn, *args, names=(), got=True, **kwargs):
 
 # ---- valid arguments of each dialect (small, distinct sizes) ---------------------------------
 
-T, N, I, H = 4, 3, 5, 6
+T, N, I, H = 4, 5, 3, 7
 
 
 def mps_args(kind="lstm", D=1, dtype=F32):
@@ -168,7 +168,7 @@ def test_tf_shapes_and_batch_mismatch():
     expect(rc.ShapeError, block_lstm, **a, names=["x", "rank 3"])
     a = tf_lstm_args()
     a["w"] = _r(I + H + 1, 4 * H)
-    expect(rc.ShapeError, block_lstm, **a, names=["w", "I = 5", "H = 6"])
+    expect(rc.ShapeError, block_lstm, **a, names=["w", f"I = {I}", f"H = {H}"])
     a = tf_gru_args()
     a["b_c"] = _r(H, 1)
     expect(rc.ShapeError, rc.gru_block_cell, **a, names=["b_c"])
@@ -186,7 +186,7 @@ def test_cudnn_shapes_and_params_length():
     expect(rc.ShapeError, rc.cudnn_rnn, **c, **kw, names=["params", "cudnn_rnn_params_size"])
     c, kw = cudnn_args()
     c["input_h"] = _r(2, N + 1, H)              # batch mismatch between input and input_h
-    expect(rc.ShapeError, rc.cudnn_rnn, **c, **kw, names=["input_h", "N = 3"])
+    expect(rc.ShapeError, rc.cudnn_rnn, **c, **kw, names=["input_h", f"N = {N}"])
     c, kw = cudnn_args(D=2, mode="gru")
     c["input_h"] = _r(3, N, H)                  # L*D not a multiple of D = 2
     expect(rc.ShapeError, rc.cudnn_rnn, **c, **kw, names=["input_h", "multiple"])
@@ -292,7 +292,8 @@ def test_device_arrays_contiguity_and_context(device):
 # ---- values, modes and descriptor fields ---------------------------------------------------
 
 @pytest.mark.parametrize("lens,what", [
-    ([0, 2, -1], "min -1"), ([0, T + 1, 1], f"max {T + 1}"), ([2 ** 31 - 1, 0, 0], "max"),
+    ([0, 2, -1, 1, 1], "min -1"), ([0, T + 1, 1, 2, 0], f"max {T + 1}"),
+    ([2 ** 31 - 1, 0, 0, 0, 0], "max"),
 ])
 def test_sequence_lengths_range(lens, what):
     c, kw = cudnn_args()
