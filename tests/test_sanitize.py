@@ -5,7 +5,8 @@ report. On other devices the same calls are ordinary correctness tests (float32,
 float64 references or NumPy).
 
 Sizes are chosen so that no work-group is full and no size divides a tile: hidden sizes
-H = 1, 3, 33, 257 (vector widths 1; a 33rd and a 257th unit past every power of two), batches
+H = 1, 3, 33, 257 (vector width 1; a 33rd and a 257th unit past every power of two) and H = 8, 12
+(vector widths 8 and 4, also with explicit work-groups of row blocks), batches
 N = 1, 5 and 513 (one row past a multiple of every row block), GEMM sizes 1, 3, 33, 257 and
 513 in every transposition, and widths that are not multiples of 4 (dropout) or of the
 reduction's vector width.
@@ -108,6 +109,33 @@ def test_gru_both_reset_conventions(device, H, N, reset_after):
              secondary_bias=_r(rng, H))
     _mps("gru", device, a, rc.GRUDescriptor(reset_after=reset_after, reverse=True,
                                              training=True))
+
+
+def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
+    """The vector paths of the step kernels (vload/vstore of REC_VW units): an LSTM with H = 8
+    (8-wide vectors with the default tuning of most profiles), then a bidirectional reset-after
+    GRU with H = 12 under REC_VW = 4, REC_NB = 3, REC_WG = 2: explicit work-groups of 2 row
+    blocks, N = 11, so the last block's 12th row is idle."""
+    rng = np.random.default_rng(7)
+    T, N, I, H = 3, 3, 2, 8
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H, scale=0.3),
+             input_weight=_r(rng, 4 * H, I), bias=_r(rng, 4 * H), init_state=_r(rng, N, H),
+             init_cell=_r(rng, N, H))
+    _mps("lstm", device, a, rc.LSTMDescriptor(training=True))
+    original = device.tuning
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out.update(REC_VW=4, REC_VW_F64=4, REC_NB=3, REC_WG=2)
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    T, N, H = 3, 11, 12
+    g = dict(source=_r(rng, T, N, 6 * H), recurrent_weight=_r(rng, 2, 3 * H, H, scale=0.3),
+             init_state=_r(rng, N, 2 * H), secondary_bias=_r(rng, 2 * H))
+    _mps("gru", device, g, rc.GRUDescriptor(bidirectional=True, reset_after=True, flip_z=True,
+                                            training=True))
 
 
 def test_tf_block_ops(device):
