@@ -23,7 +23,7 @@
 ``PYRNN_CL_REQUIRE_DEVICE=1``
     The session fails (exit status 1) when ``pyrnn_cl.programs.launch_count()`` is 0 at the
     end, i.e. no kernel ran on an OpenCL device: a CI run whose device tests all skipped must
-    not pass (pitfalls C14). It counts launches in the pytest process (not pytest-xdist workers).
+    not pass (pitfalls C14). Under pytest-xdist the workers' launches are added up.
 
 Hypothesis runs with ``deadline=None`` (the first call of an op compiles kernels, which takes
 longer than Hypothesis' default 200 ms deadline); ``HYPOTHESIS_PROFILE`` picks another profile.
@@ -102,10 +102,26 @@ _NO_LAUNCH = ("PYRNN_CL_REQUIRE_DEVICE=1 and no OpenCL kernel ran in this sessio
               "selected? See `pyrnn-cl devices`.")
 
 
+_worker_launches = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist controller: add up the launches each worker reports."""
+    config = node.config
+    launches = getattr(node, "workeroutput", {}).get("pyrnn_cl_launches", 0)
+    config.stash[_worker_launches] = config.stash.get(_worker_launches, 0) + launches
+
+
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller decides
+        workeroutput["pyrnn_cl_launches"] = _launch_count()
+        return
+    launches = _launch_count() + session.config.stash.get(_worker_launches, 0)
     ran = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
     if (session.exitstatus not in ran or session.config.option.collectonly
-            or not _require_device() or _launch_count() > 0):
+            or not _require_device() or launches > 0):
         return  # interrupted, usage or internal error: pytest's own report says what happened
     session.config.stash[_failed_no_launch] = True
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
