@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = [pytest.mark.torch]
 
 WORLD, STEPS, LR = 2, 3, 0.5
 T, N, I, H = 6, 4, 5, 8
