@@ -136,6 +136,25 @@ def check_memory(device, what, buffers):
             "or a smaller batch per call, or a device with more memory")
 
 
+def common_dtype(named):
+    """``(dtype, first array)`` of ``(name, array)`` pairs that must share one float dtype;
+    ``TypeError`` naming the culprit for a non-array, a non-float dtype or a mix."""
+    dtype = first = first_name = None
+    for name, a in named:
+        if not is_array(a):
+            raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
+                            f"{type(a).__name__}")
+        dt = np.dtype(a.dtype)
+        if dt not in _FLOATS:
+            raise TypeError(f"{name}: got dtype {dt}, expected float32 or float64")
+        if dtype is None:
+            dtype, first, first_name = dt, a, name
+        elif dt != dtype:
+            raise TypeError(f"{name}: got dtype {dt}, but {first_name} is {dtype}; all "
+                            "floating arrays of one call must share one dtype")
+    return dtype, first
+
+
 class Call:
     """Device, dtype and output kind of one op call.
 
@@ -144,22 +163,7 @@ class Call:
     """
 
     def __init__(self, arrays: dict, device=None):
-        first = None
-        dtype = None
-        for name, a in arrays.items():
-            if a is None:
-                continue
-            if not is_array(a):
-                raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
-                                f"{type(a).__name__}")
-            dt = np.dtype(a.dtype)
-            if dt not in _FLOATS:
-                raise TypeError(f"{name}: got dtype {dt}, expected float32 or float64")
-            if dtype is None:
-                first, dtype, first_name = a, dt, name
-            elif dt != dtype:
-                raise TypeError(f"{name}: got dtype {dt}, but {first_name} is {dtype}; all "
-                                "floating arrays of one call must share one dtype")
+        dtype, first = common_dtype((n, a) for n, a in arrays.items() if a is not None)
         if first is None:
             raise TypeError("no array argument given")
         self.numpy_out = isinstance(first, np.ndarray)

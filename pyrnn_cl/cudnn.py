@@ -42,6 +42,7 @@ import pyopencl.array as cla
 
 from . import engine
 from ._arrays import (Call, check_bool, check_choice, check_float, check_int, check_rank,
+                      common_dtype,
                       check_shape, is_array)
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
@@ -103,24 +104,6 @@ def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, 
     return lay.reserve_size(T, N) if check_bool("is_training", is_training) else 0
 
 
-def _dtype_of(named):
-    """The one float dtype of ``named`` ((name, array) pairs; TypeError naming the culprit)."""
-    dtype = first = None
-    for name, a in named:
-        if not is_array(a):
-            raise TypeError(f"{name}: expected a numpy.ndarray or pyopencl.array.Array, got "
-                            f"{type(a).__name__}")
-        dt = np.dtype(a.dtype)
-        if dt not in _FLOATS:
-            raise TypeError(f"{name}: got dtype {dt}, expected float32 or float64")
-        if dtype is None:
-            dtype, first = dt, name
-        elif dt != dtype:
-            raise TypeError(f"{name}: got dtype {dt}, but {first} is {dtype}; all arrays of one "
-                            "call must share one dtype")
-    return dtype
-
-
 def _copy(queue, dst, dst_off, src, src_off, count):
     """Copy ``count`` elements between device arrays (element offsets, added to the arrays'
     own offsets)."""
@@ -152,7 +135,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
                              f"skip_input={lay.skip}, num_proj={lay.P}")
         named += [(f"{kind}[{i}]", a, off, shape) for i, (a, (off, shape))
                   in enumerate(zip(arrays, spec))]
-    dtype = _dtype_of([(n, a) for n, a, _, _ in named])
+    dtype, _ = common_dtype((n, a) for n, a, _, _ in named)
     for name, a, _, shape in named:
         check_shape(name, a, shape)
     if isinstance(named[0][1], np.ndarray):
@@ -175,7 +158,7 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
     the exact inverse of :func:`cudnn_rnn_canonical_to_params`."""
     lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
                       input_mode=input_mode, direction=direction, num_proj=num_proj)
-    _dtype_of([("params", params)])
+    common_dtype([("params", params)])
     check_rank("params", params, 1)
     if params.shape[0] != lay.size:
         raise ShapeError(f"params: got {params.shape[0]} elements, expected {lay.size} "
