@@ -298,6 +298,9 @@ class Program:
     def __init__(self, raw, device, name: str, defines: Mapping, options: Sequence[str],
                  source: str, key: str, from_disk_cache: bool, build_seconds: float):
         self.cl_program = cl.Program(raw)
+        # kernels are made from the raw program: cl.Kernel(cl.Program, name) would first look up
+        # a "_source" kernel and make Oclgrind's API checker report a failing clCreateKernel
+        self._raw = raw
         self.device = device
         self.name = name
         self.defines = dict(defines)
@@ -317,7 +320,7 @@ class Program:
         kernel = kernels.get(name)
         if kernel is None:
             try:
-                kernel = cl.Kernel(self.cl_program, name)
+                kernel = cl.Kernel(self._raw, name)
             except cl.Error as exc:
                 raise KeyError(
                     f"kernel {name!r} not found in {self.name} ({_error_text(exc)}); it has: "
