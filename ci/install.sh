@@ -6,13 +6,13 @@
 #    the ICD loader, clinfo and Oclgrind (`pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind`);
 #    apt runs only for packages that are missing. Without Debian's PoCL: pip's PoCL wheel
 #    (`pocl-binary-distribution`, the `pocl` extra). docs/platforms.md says why Debian's first.
-# 2. `pip install -e ".[test,torch]"` (PYRNN_CL_EXTRAS overrides the extras) and tox.
+# 2. `pip install -e ".[test,torch,examples]"` (PYRNN_CL_EXTRAS overrides the extras) and tox.
 # 3. Lists the OpenCL devices; fails if there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-EXTRAS=${PYRNN_CL_EXTRAS:-test,torch}
+EXTRAS=${PYRNN_CL_EXTRAS:-test,torch,examples}
 APT_PACKAGES="pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind"
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
