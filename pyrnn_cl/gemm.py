@@ -7,8 +7,9 @@ How ``gemm`` runs a product (``gemm.cl``; one register tile of C per work-item, 
 inside the work-item, no local memory):
 
 * large products (``m*n*k*batch >= GEMM_PACK_MIN``): op(B) is first copied into tile panels
-  ``[n/TN][k][TN]`` (``pyrnn_gemm_pack_q``, when ``m >= GEMM_PACK_MIN_M``) and op(A) into
-  ``[m/TM][k][TM]`` when it is strided along k (``trans_a``, ``pyrnn_gemm_pack_p``), so that
+  ``[n/TN][k][TN]`` (``pyrnn_gemm_pack_q``, when ``m >= GEMM_PACK_MIN_M``, half that for NT)
+  and op(A) into ``[m/TM][k][TM]`` when it is strided along k (``trans_a``, ``n >=
+  GEMM_PACK_MIN_M``, ``pyrnn_gemm_pack_p``), so that
   ``pyrnn_gemm_outer`` reads both sequentially. The panels live in a per-thread, per-queue
   scratch buffer (:func:`release_scratch` frees it). 2-3 launches.
 * otherwise one launch: NN/TN ``pyrnn_gemm_outer`` on A and B as stored; TT the same on
@@ -47,7 +48,7 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 
 # Defaults of the host-only tunables (work-group sizes along dimension 0, packing thresholds in
 # multiply-adds m*n*k*batch and rows m); kernel tunables also default in the .cl files.
-_DEFAULT_HOST = {"GEMM_WG": 16, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 64}
+_DEFAULT_HOST = {"GEMM_WG": 16, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _DEFAULT_KERNEL = {1: {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16}, 2: {"GEMM_TM": 4, "GEMM_TN": 32, "GEMM_VW": 8}}
@@ -124,7 +125,9 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
         big = m * n * k * batch >= host["GEMM_PACK_MIN"]
         # packing B costs ~k*n copies and saves work on each of the m rows of C (and vice versa);
         # A is packed only when it is strided along k (trans_a): its rows are sequential otherwise
-        pack_q = big and m >= host["GEMM_PACK_MIN_M"]
+        # (an NT product's fallback, the dot kernel, is slower: there packing pays from m / 2)
+        min_m = host["GEMM_PACK_MIN_M"] // (2 if trans_b and not trans_a else 1)
+        pack_q = big and m >= min_m
         pack_p = big and trans_a and n >= host["GEMM_PACK_MIN_M"]
     if pack_p and trans_b:
         pack_q = True  # the outer kernel reads an unpacked Q only along contiguous rows
