@@ -162,6 +162,11 @@ class Recurrence:
         self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
         # work-items per group along the batch-group dimension (0: the driver chooses)
         self.wg = max(0, int(tuning.get("REC_WG", 0)))
+        # whole sequence in one launch when one direction's R is at most REC_SEQ_BYTES
+        # (0: never) and the step is one kernel (no projection, single-phase cell)
+        seq_bytes = int(tuning.get("REC_SEQ_BYTES", 0))
+        self.fused = (0 < cell.G * self.H * self.K * self.dtype.itemsize <= seq_bytes
+                      and not self.P and not cell.two_phase)
         self.G = cell.G
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
@@ -203,6 +208,19 @@ class Recurrence:
             return grid, None
         wg0 = max(d for d in range(1, min(self.wg, groups) + 1) if groups % d == 0)
         return grid, (wg0, 1)
+
+    def _fused_launch(self, prog, name, args):
+        """Launch the whole-sequence kernel ``name`` (``args`` with ``T`` in the step slot) when
+        this layer uses it and one work-group can hold every unit of a direction; returns
+        whether it did (else the caller runs the step loop)."""
+        HV = self.H // self.vw
+        if not self.fused or HV > prog.work_group_size(name):
+            return False
+        knl = prog.kernel(name)
+        knl.set_args(*args)
+        grid, _ = self._step_grid(self.H)
+        enqueue(self.device.queue, knl, grid, (1, HV))
+        return True
 
     def _run_steps(self, kernels, step_arg_index, steps):
         """Enqueue ``kernels`` (list of (kernel, (global, local))) for every step in ``steps``;
@@ -260,13 +278,16 @@ class Recurrence:
         prog = self._program()
         rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         c0 = c0 or StateView(self._dummy, 0, 0)
+        args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
+                gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(peep),
+                y.base_data, self._or_dummy(cs), self._or_dummy(hs),
+                h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
+                c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip)]
+        if self._fused_launch(prog, "pyrnn_fwd_seq", args):
+            return out
         fwd = prog.kernel("pyrnn_fwd")
-        fwd.set_args(_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(0),
-                     gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(peep),
-                     y.base_data, self._or_dummy(cs), self._or_dummy(hs),
-                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                     c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                     self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip))
+        fwd.set_args(*args)
         kernels = [(fwd, self._step_grid(H))]
         index = {fwd: 5}
         if self.cell.two_phase:
@@ -354,37 +375,39 @@ class Recurrence:
                         dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
             kernels.append((bp, self._step_grid(self.P)))
             index[bp] = 5
-        bw = prog.kernel("pyrnn_bwd")
-        bw.set_args(_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(0),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
-                    zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
-                    self._or_dummy(peep), fwd["y"].base_data if T else self._dummy.base_data,
-                    self._or_dummy(fwd.get("cs") if T else None),
-                    self._or_dummy(dr if self.P else dy),
-                    dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
-                    dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
-                    self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
-                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
-                    dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
-                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                    c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip))
-        kernels.append((bw, self._step_grid(H)))
-        index[bw] = 5
-        bb = None
-        if self.cell.two_phase:
-            bb = prog.kernel("pyrnn_bwd_b")
-            bb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
-                        fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
-                        zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
-                        carry_h.base_data,
-                        h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                        self._or_dummy(lens))
-            kernels.append((bb, self._step_grid(H)))
-            index[bb] = 4
-        self._run_steps(kernels, index, range(T - 1, -1, -1))
-        # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
-        self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
+        bw_args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
+                   fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
+                   zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
+                   self._or_dummy(peep), fwd["y"].base_data if T else self._dummy.base_data,
+                   self._or_dummy(fwd.get("cs") if T else None),
+                   self._or_dummy(dr if self.P else dy),
+                   dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
+                   dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
+                   self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
+                   dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
+                   dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
+                   h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
+                   c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                   self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip)]
+        if not self._fused_launch(prog, "pyrnn_bwd_seq", bw_args):
+            bw = prog.kernel("pyrnn_bwd")
+            bw.set_args(*bw_args)
+            kernels.append((bw, self._step_grid(H)))
+            index[bw] = 5
+            bb = None
+            if self.cell.two_phase:
+                bb = prog.kernel("pyrnn_bwd_b")
+                bb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
+                            fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
+                            zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
+                            carry_h.base_data,
+                            h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                            self._or_dummy(lens))
+                kernels.append((bb, self._step_grid(H)))
+                index[bb] = 4
+            self._run_steps(kernels, index, range(T - 1, -1, -1))
+            # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
+            self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
         if self.flags["HAS_PEEP"] and T:
             dpeep = cla.empty(q, (D * G * H,), dt)
             pg = prog.kernel("pyrnn_peep_grad")
@@ -408,7 +431,7 @@ class Recurrence:
                          h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
                          self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
                          self._or_dummy(hr))
-            enqueue(q, knl, (K, N, T * D))
+            enqueue(q, knl, (K // self.vw, N, T * D))
         return hin, hr
 
     def recurrent_weight_gradient(self, fwd, grads, *, h0: StateView, mask=None, lens=None):
