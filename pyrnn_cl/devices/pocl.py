@@ -39,8 +39,13 @@ class PoclProfile(VendorProfile):
 
     TUNING = {
         "default": {
-            "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 8, "GEMM_WG": 16},
-            "recurrence": {"REC_VW": 8, "REC_NB": 4},
+            # no "gemm" entry: gemm.py's defaults were tuned on PoCL (measured 175-195 GFLOP/s
+            # on 2 Zen 4 cores; the former entry TM=4, TN=4, VW=8, WG=16 gave 99-106)
+            # measured on a 2-core Zen 4 (docs/benchmarks.md): VW=16 x NB=4 x 4 gates is the
+            # largest register tile without spills (NB=8 spilled: -15 %); one work-item per
+            # group keeps a single specialisation per kernel; layers whose R fits 256 KiB run
+            # the whole sequence in one launch (tiny LSTM 128/8/100: 28 -> 18 us per step)
+            "recurrence": {"REC_VW": 16, "REC_NB": 4, "REC_WG": 1, "REC_SEQ_BYTES": 1 << 18},
         },
     }
 
