@@ -345,8 +345,17 @@ class Recurrence:
             res["dpeep"] = cla.zeros(q, (D * G * H,), dt)   # no step: zero peephole gradient
         if N == 0:
             return res
-        flags = dict(HAS_DY=int(dy is not None), HAS_DHN=int(dhn is not None),
-                     HAS_DCN=int(dcn is not None), HAS_DCS=int(dcs is not None))
+        # Absent upstream gradients are passed as zeros rather than compiled out: one backward
+        # program per cell configuration instead of one per subset of given gradients (each
+        # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
+        if dy is None and T:
+            dy = cla.zeros(q, (T, N, D * K), dt)
+        if dhn is None:
+            dhn = StateView(cla.zeros(q, (D, N, K), dt), N * K, K)
+        if dcn is None and self.cell.has_c:
+            dcn = StateView(cla.zeros(q, (D, N, H), dt), N * H, H)
+        flags = dict(HAS_DY=int(dy is not None), HAS_DHN=1, HAS_DCN=int(self.cell.has_c),
+                     HAS_DCS=int(dcs is not None))
         prog = self._program(**flags)
         c0 = c0 or StateView(self._dummy, 0, 0)
         dc0 = dc0 or StateView(self._dummy, 0, 0)
