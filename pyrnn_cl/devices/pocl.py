@@ -39,8 +39,10 @@ class PoclProfile(VendorProfile):
 
     TUNING = {
         "default": {
-            # no "gemm" entry: gemm.py's defaults were tuned on PoCL (measured 175-195 GFLOP/s
-            # on 2 Zen 4 cores; the former entry TM=4, TN=4, VW=8, WG=16 gave 99-106)
+            # gemm.py's own defaults, spelled out: without an entry the generic placeholders of
+            # base.DEFAULT_TUNING apply (TM=4, TN=4, VW=4, WG=64: 35-51 GFLOP/s on the RNN
+            # shapes); the former entry TM=4, TN=4, VW=8, WG=16 measured about half of these
+            "gemm": {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16, "GEMM_WG": 16},
             # measured on a 2-core Zen 4 (docs/benchmarks.md): VW=16 x NB=4 x 4 gates is the
             # largest register tile without spills (NB=8 spilled: -15 %); one work-item per
             # group keeps a single specialisation per kernel; layers whose R fits 256 KiB run
