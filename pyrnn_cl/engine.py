@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from ._arrays import check_memory

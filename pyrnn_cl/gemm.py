@@ -1,4 +1,5 @@
-"""Matrix multiply and row sums on an OpenCL device (kernels in ``cl/gemm.cl`` and ``cl/reduce.cl``).
+"""Matrix multiply and row sums on an OpenCL device (kernels in ``cl/gemm.cl`` and
+``cl/reduce.cl``).
 
 Everything is row-major; offsets, leading dimensions and batch strides are counted in elements.
 Both functions only enqueue work on ``device.queue`` and never wait on the host.
@@ -51,7 +52,8 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 _DEFAULT_HOST = {"GEMM_WG": 16, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
-_DEFAULT_KERNEL = {1: {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16}, 2: {"GEMM_TM": 4, "GEMM_TN": 32, "GEMM_VW": 8}}
+_DEFAULT_KERNEL = {1: {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16},
+                   2: {"GEMM_TM": 4, "GEMM_TN": 32, "GEMM_VW": 8}}
 _DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16, "GEMM_PACK_KC": 16},
                 2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8, "GEMM_PACK_KC": 16}}
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
@@ -136,7 +138,8 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
 
 def _pack(prog, code, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_batch, batch, dst,
           dst_off, events):
-    """Enqueue pack kernel ``name``: dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
+    """Enqueue pack kernel ``name``:
+    dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
     with X[r, kk] = x[x_off + r*x_sr + kk*x_sk] and panel = tiles*tile*k."""
     tiles = -(-rows // tile)
     kernel = _kernel(prog, name, code)
@@ -201,7 +204,8 @@ def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObject, int]:
         raise TypeError(f"{name} has dtype {x.dtype}, expected {np.dtype(dtype)}")
     offset = int(getattr(x, "offset", 0))
     if offset % itemsize:
-        raise ShapeError(f"{name}: byte offset {offset} is not a multiple of the item size {itemsize}")
+        raise ShapeError(f"{name}: byte offset {offset} is not a multiple of the item size "
+                         f"{itemsize}")
     return base, offset // itemsize
 
 
@@ -254,11 +258,13 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     ldc = n if ldc is None else int(ldc)
     c_off, stride_c = int(c_offset) + c_extra, int(stride_c)
     if batch > 1 and stride_c == 0:
-        raise ShapeError(f"c: batch stride 0 with batch {batch} makes the results overwrite each other")
+        raise ShapeError(f"c: batch stride 0 with batch {batch} makes the results overwrite "
+                         "each other")
     _check_extent("c", c_buf, itemsize, c_off, m, n, ldc, batch, stride_c)
     if k == 0:
         # C = beta * C: the kernels' k loops are empty, A and B are never read (may be None)
-        a_buf, b_buf, a_off, b_off, lda, ldb, stride_a, stride_b = c_buf, c_buf, c_off, c_off, 1, 1, 0, 0
+        a_buf, b_buf, a_off, b_off = c_buf, c_buf, c_off, c_off
+        lda, ldb, stride_a, stride_b = 1, 1, 0, 0
     else:
         a_buf, a_extra = _buffer(a, "a", itemsize, dtype)
         b_buf, b_extra = _buffer(b, "b", itemsize, dtype)
@@ -338,7 +344,8 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
 
     args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c)
     tiles = (-(-rows // tm), -(-cols // tn))
-    event = _launch(prog, code, queue, host, "pyrnn_gemm_outer", args, tiles if mfast else tiles[::-1],
+    event = _launch(prog, code, queue, host, "pyrnn_gemm_outer", args,
+                    tiles if mfast else tiles[::-1],
                     batch, events)
     if scratch is not None:
         scratch.last_event = event
@@ -378,7 +385,8 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     o_buf, o_extra = _buffer(out, "out", itemsize, dtype)
     o_off, stride_out = int(out_offset) + o_extra, int(stride_out)
     if batch > 1 and stride_out == 0:
-        raise ShapeError(f"out: batch stride 0 with batch {batch} makes the sums overwrite each other")
+        raise ShapeError(f"out: batch stride 0 with batch {batch} makes the sums overwrite "
+                         "each other")
     _check_extent("out", o_buf, itemsize, o_off, 1, cols, cols, batch, stride_out)
     if rows == 0:
         # out = beta * out: the kernel's row loop is empty, A is never read (may be None)

@@ -338,7 +338,8 @@ def test_sum_rows(dev, dtype):
     for rows, cols in [(1, 1), (3, 5), (1600, 2048), (7, 33), (300, 17), (5, 16), (64, 100)]:
         for beta in (0.0, 0.5):
             A = rng.standard_normal((rows, cols)).astype(dtype)
-            O0 = np.full(cols, np.nan, dtype) if beta == 0 else rng.standard_normal(cols).astype(dtype)
+            O0 = (np.full(cols, np.nan, dtype) if beta == 0
+                  else rng.standard_normal(cols).astype(dtype))
             out = _dev_array(q, O0)
             sum_rows(dev, dtype, rows, cols, _dev_array(q, A), out, beta=beta)
             ref = A.astype(np.float64).sum(0) + (beta * O0 if beta else 0)
