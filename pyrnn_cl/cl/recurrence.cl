@@ -105,6 +105,29 @@ PYRNN_FUNC long seq_off(int t, int n, int d, int N, int D, int W)
     return ((long)t * N + n) * (long)D * W + (long)d * W;
 }
 
+/* The per-unit inputs of the cell maths for units j .. j+VW of one row: h[t-1] (when the cell
+ * reads it), the mask m[t] (ones without one) and c[t-1] (zero without a cell state). Shared by
+ * the forward and backward step. */
+PYRNN_FUNC void unit_inputs(__global const real *hrow, __global const real *mrow,
+                            __global const real *crow, int j, realV *hp, realV *mv, realV *cp)
+{
+#if CELL_USES_HPREV
+    *hp = LOADV(hrow + j);
+#else
+    *hp = VZERO;
+#endif
+#if HAS_MASK
+    *mv = LOADV(mrow + j);
+#else
+    *mv = VONE;
+#endif
+#if CELL_HAS_C
+    *cp = LOADV(crow + j);
+#else
+    *cp = VZERO;
+#endif
+}
+
 /* Time whose output is h[t-1] of time t in a direction; -1 when that is h0. */
 PYRNN_FUNC int prev_time(int t, int rev, int len, int T)
 {
@@ -262,21 +285,8 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
 #endif
             sav[k] = VZERO;
         }
-#if CELL_USES_HPREV
-        const realV hp = LOADV(hrow[b] + j);
-#else
-        const realV hp = VZERO;
-#endif
-#if HAS_MASK
-        const realV mv = LOADV(mrows[b] + j);
-#else
-        const realV mv = VONE;
-#endif
-#if CELL_HAS_C
-        const realV cp = LOADV(crow[b] + j);
-#else
-        const realV cp = VZERO;
-#endif
+        realV hp, mv, cp;
+        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
         cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
         for (int k = 0; k < CELL_GA; ++k) STOREV(sav[k], gx + g_off + gate_blk(k) * H + j);
 #if CELL_HAS_C
@@ -615,20 +625,12 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             pv[k] = VZERO;
 #endif
         }
-#if CELL_USES_HPREV
-        const realV hp = LOADV(hrow[b] + j);
-#else
-        const realV hp = VZERO;
-#endif
-#if HAS_MASK
-        const realV mv = LOADV(mrows[b] + j);
-#else
-        const realV mv = VONE;
-#endif
+        realV hp, mv, cp;
+        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
 #if CELL_HAS_C
-        const realV cp = LOADV(crow[b] + j), cv = LOADV(cs + h_off + j);
+        const realV cv = LOADV(cs + h_off + j);
 #else
-        const realV cp = VZERO, cv = VZERO;
+        const realV cv = VZERO;
 #endif
 #if CELL_NEEDS_HN
         realV hnv = hn[b][0];
