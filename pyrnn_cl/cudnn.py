@@ -50,7 +50,7 @@ from .errors import ShapeError
 from .gemm import gemm, sum_rows
 from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
                      make_layout, swap01_strides)
-from .programs import enqueue, get_program
+from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
 __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
@@ -190,7 +190,7 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
     prog = get_program(device, "dropout.cl", {"PYRNN_DTYPE": dtype_code(dtype)})
     knl = prog.kernel("pyrnn_dropout")
-    knl.set_args(dst.base_data, src.base_data, np.int32(N), np.int32(W),
+    set_args(knl, dst.base_data, src.base_data, np.int32(N), np.int32(W),
                  np.uint32(seed & 0xFFFFFFFF), np.uint32(seed2 & 0xFFFFFFFF), np.uint32(layer),
                  np.uint64(thr), np.dtype(dtype).type(scale))
     enqueue(device.queue, knl, ((W + 3) // 4, N, T))
@@ -364,11 +364,12 @@ class _Net:
             n_in = lay.in_size(l)
             for d in range(D):
                 gemm(self.dev, self.dt, rows, GH, n_in, x, params, gx, trans_b=True,
-                     b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH)
+                     b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH,
+                     bias=bw, bias_offset=d * GH)
         else:
             engine.copy3(self.dev, self.dt, gx, 0, (D * GH, H, 1), x, 0, (H, 0, 1),
                          (rows, D * self.G, H))
-        engine.add_rows(self.dev, self.dt, gx, rows, D * GH, bw)
+            engine.add_rows(self.dev, self.dt, gx, rows, D * GH, bw)
         return gx
 
     def recurrence(self):

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl.array as cla
 
-from ._arrays import check_memory
+from ._arrays import check_memory, empty, read_only_zeros
 from .cells import CellSpec
 from .gemm import gemm, sum_rows
-from .programs import enqueue, get_program
+from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
 __all__ = ["Recurrence", "StateView", "input_projection", "input_gradients", "util_program",
@@ -63,7 +63,7 @@ def add_rows(device, dtype, a, rows, cols, b):
     if rows == 0 or cols == 0:
         return
     knl = util_program(device, dtype).kernel("pyrnn_add_rows")
-    knl.set_args(a.base_data, _I32(cols), b.base_data)
+    set_args(knl, a.base_data, _I32(cols), b.base_data)
     enqueue(device.queue, knl, (cols, rows))
 
 
@@ -74,18 +74,17 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
         return
     knl = util_program(device, dtype).kernel("pyrnn_copy3")
     real = np.dtype(dtype).type
-    knl.set_args(dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
+    set_args(knl, dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
                  _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
     enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
 
 
 def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None):
     """``gx = x W^T (+ b)``: ``x`` ``[rows][width]``, ``weight`` ``[out_width][width]``, bias
-    ``[out_width]``; returns a new ``[rows][out_width]`` array (one GEMM for every step)."""
-    gx = cla.empty(device.queue, (rows, out_width), dtype)
-    gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True)
-    if bias is not None:
-        add_rows(device, dtype, gx, rows, out_width, bias)
+    ``[out_width]``; returns a new ``[rows][out_width]`` array (one GEMM for every step, the
+    bias added in its store)."""
+    gx = empty(device.queue, (rows, out_width), dtype)
+    gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True, bias=bias)
     return gx
 
 
@@ -96,21 +95,21 @@ def input_gradients(device, dtype, dgx, rows, out_width, x, width, weight, *, dx
     over every step at once."""
     if dx is not None or weight is not None:
         if dx is None:
-            dx = cla.empty(device.queue, (rows, width), dtype)
+            dx = empty(device.queue, (rows, width), dtype)
         gemm(device, dtype, rows, width, out_width, dgx, weight, dx, beta=dx_beta)
     dw = db = None
     if need_dw:
-        dw = cla.empty(device.queue, (out_width, width), dtype)
+        dw = empty(device.queue, (out_width, width), dtype)
         gemm(device, dtype, out_width, width, rows, dgx, x, dw, trans_a=True)
     if need_db:
-        db = cla.empty(device.queue, (out_width,), dtype)
+        db = empty(device.queue, (out_width,), dtype)
         sum_rows(device, dtype, rows, out_width, dgx, db)
     return dx, dw, db
 
 
 def _dummy(device, dtype):
-    """A one-element buffer passed for absent optional inputs (kernels never read it)."""
-    return cla.zeros(device.queue, (1,), dtype)
+    """A buffer passed for absent optional inputs (kernels never read it)."""
+    return read_only_zeros(device, dtype, 1)
 
 
 def _int_arg_setter(knl, index):
@@ -216,7 +215,7 @@ class Recurrence:
         if not self.fused or HV > prog.work_group_size(name):
             return False
         knl = prog.kernel(name)
-        knl.set_args(*args)
+        set_args(knl, *args)
         grid, _ = self._step_grid(self.H)
         enqueue(self.device.queue, knl, grid, (1, HV))
         return True
@@ -235,10 +234,10 @@ class Recurrence:
     def pack(self, weight, rows, width, G, blocks):
         """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
         product's layout: per column, the G gate vectors of VW units side by side)."""
-        packed = cla.empty(self.device.queue, (self.D * G * rows * width,), self.dtype)
+        packed = empty(self.device.queue, (self.D * G * rows * width,), self.dtype)
         knl = self._program().kernel("pyrnn_pack")
         blk = list(blocks) + [0] * (4 - len(blocks))
-        knl.set_args(_I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
+        set_args(knl, _I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
                      weight.base_data, packed.base_data)
         enqueue(self.device.queue, knl, (width, G * rows // self.vw, self.D))
         return packed
@@ -246,9 +245,9 @@ class Recurrence:
     def pack_t(self, weight, rows, cols):
         """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
         backward reductions' layout: each work-item streams one contiguous slab)."""
-        packed = cla.empty(self.device.queue, (self.D * rows * cols,), self.dtype)
+        packed = empty(self.device.queue, (self.D * rows * cols,), self.dtype)
         knl = self._program().kernel("pyrnn_pack_t")
-        knl.set_args(_I32(rows), _I32(cols), weight.base_data, packed.base_data)
+        set_args(knl, _I32(rows), _I32(cols), weight.base_data, packed.base_data)
         enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
         return packed
 
@@ -264,13 +263,13 @@ class Recurrence:
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         q, dt = self.device.queue, self.dtype
-        y = cla.empty(q, (T, N, D * K), dt)
-        cs = cla.empty(q, (T, N, D * H), dt) if self.cell.has_c else None
+        y = empty(q, (T, N, D * K), dt)
+        cs = empty(q, (T, N, D * H), dt) if self.cell.has_c else None
         hs = None
         if self.P:
-            hs = cla.empty(q, (T, N, D * H), dt)
+            hs = empty(q, (T, N, D * H), dt)
         elif self.cell.two_phase:
-            hs = cla.empty(q, (D * N * H,), dt)
+            hs = empty(q, (D * N * H,), dt)
         out = {"sav": gx, "y": y, "cs": cs, "hs": hs}
         if T == 0 or N == 0:
             return out
@@ -286,12 +285,12 @@ class Recurrence:
         if self._fused_launch(prog, "pyrnn_fwd_seq", args):
             return out
         fwd = prog.kernel("pyrnn_fwd")
-        fwd.set_args(*args)
+        set_args(fwd, *args)
         kernels = [(fwd, self._step_grid(H))]
         index = {fwd: 5}
         if self.cell.two_phase:
             fb = prog.kernel("pyrnn_fwd_b")
-            fb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
+            set_args(fb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
                         rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
             kernels.append((fb, self._step_grid(H)))
@@ -300,7 +299,7 @@ class Recurrence:
             wpk = self.pack(w_proj, self.P, H, 1, (0,))
             out["wpk"] = wpk
             pj = prog.kernel("pyrnn_proj")
-            pj.set_args(_I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
+            set_args(pj, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
                         hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
             kernels.append((pj, self._step_grid(self.P)))
             index[pj] = 5
@@ -314,7 +313,7 @@ class Recurrence:
             return
         knl = self._program().kernel("pyrnn_final")
         src = self._dummy if seq is None or T == 0 else seq
-        knl.set_args(_I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
+        set_args(knl, _I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
                      init.array.base_data, _I64(init.sd), _I64(init.sn),
                      out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
         enqueue(self.device.queue, knl, (width, N, D))
@@ -337,8 +336,8 @@ class Recurrence:
         q, dt = self.device.queue, self.dtype
         self._check_memory(backward=True)
         separate = self.cell.kind == "gru"
-        dgx = cla.empty(q, (T, N, D * G * H), dt)
-        dgh = cla.empty(q, (T, N, D * G * H), dt) if separate else dgx
+        dgx = empty(q, (T, N, D * G * H), dt)
+        dgh = empty(q, (T, N, D * G * H), dt) if separate else dgx
         res = {"dgx": dgx, "dgh": dgh, "dr": None, "dpeep": None}
         if self.flags["HAS_PEEP"] and (T == 0 or N == 0):
             res["dpeep"] = cla.zeros(q, (D * G * H,), dt)   # no step: zero peephole gradient
@@ -349,10 +348,10 @@ class Recurrence:
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
         if dy is None and T:
             dy = cla.zeros(q, (T, N, D * K), dt)
-        if dhn is None:
-            dhn = StateView(cla.zeros(q, (D, N, K), dt), N * K, K)
+        if dhn is None:     # every (d, n) reads the same row of zeros
+            dhn = StateView(read_only_zeros(self.device, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:
-            dcn = StateView(cla.zeros(q, (D, N, H), dt), N * H, H)
+            dcn = StateView(read_only_zeros(self.device, dt, H), 0, 0)
         flags = dict(HAS_DY=int(dy is not None), HAS_DHN=1, HAS_DCN=int(self.cell.has_c),
                      HAS_DCS=int(dcs is not None))
         prog = self._program(**flags)
@@ -360,8 +359,8 @@ class Recurrence:
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dhn_v = dhn or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
-        carry_h = cla.empty(q, (max(T, 1), N, D * H), dt)
-        carry_c = cla.empty(q, (max(T, 1), N, D * H), dt) if self.cell.has_c else None
+        carry_h = empty(q, (max(T, 1), N, D * H), dt)
+        carry_c = empty(q, (max(T, 1), N, D * H), dt) if self.cell.has_c else None
         rpk = fwd.get("rpk")
         if self.cell.needs_hn and T:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
@@ -369,14 +368,14 @@ class Recurrence:
         # nothing read the zero row
         rt = self.pack_t(R, G * H, K)
         wt = self.pack_t(w_proj, self.P, H) if self.P else rt
-        zrow = cla.zeros(q, (max(G * H, K),), dt)
+        zrow = read_only_zeros(self.device, dt, max(G * H, K))
         kernels, index = [], {}
         dr = None
         if self.P:
-            dr = cla.empty(q, (max(T, 1), N, D * self.P), dt)
+            dr = empty(q, (max(T, 1), N, D * self.P), dt)
             res["dr"] = dr
             bp = prog.kernel("pyrnn_bwd_proj")
-            bp.set_args(_I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
+            set_args(bp, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
                         dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
                         dr.base_data,
                         dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
@@ -399,13 +398,13 @@ class Recurrence:
                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip)]
         if not self._fused_launch(prog, "pyrnn_bwd_seq", bw_args):
             bw = prog.kernel("pyrnn_bwd")
-            bw.set_args(*bw_args)
+            set_args(bw, *bw_args)
             kernels.append((bw, self._step_grid(H)))
             index[bw] = 5
             bb = None
             if self.cell.two_phase:
                 bb = prog.kernel("pyrnn_bwd_b")
-                bb.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
+                set_args(bb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
                             fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
                             zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
                             carry_h.base_data,
@@ -417,9 +416,9 @@ class Recurrence:
             # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
             self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
         if self.flags["HAS_PEEP"] and T:
-            dpeep = cla.empty(q, (D * G * H,), dt)
+            dpeep = empty(q, (D * G * H,), dt)
             pg = prog.kernel("pyrnn_peep_grad")
-            pg.set_args(_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), dgx.base_data,
+            set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), dgx.base_data,
                         fwd["cs"].base_data, c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
                         self._or_dummy(lens), dpeep.base_data)
             enqueue(q, pg, (H, G, D))
@@ -431,11 +430,11 @@ class Recurrence:
         ``hr = hin . r``: the right-hand sides of the recurrent weight gradient."""
         T, N, D, K = self.T, self.N, self.D, self.K
         q, dt = self.device.queue, self.dtype
-        hin = cla.empty(q, (T, N, D * K), dt)
-        hr = cla.empty(q, (T, N, D * K), dt) if self.cell.two_phase else None
+        hin = empty(q, (T, N, D * K), dt)
+        hr = empty(q, (T, N, D * K), dt) if self.cell.two_phase else None
         if T and N:
             knl = self._program().kernel("pyrnn_gather_hin")
-            knl.set_args(_I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,
+            set_args(knl, _I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,
                          h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
                          self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
                          self._or_dummy(hr))
@@ -449,7 +448,7 @@ class Recurrence:
         q, dt, dev = self.device.queue, self.dtype, self.device
         GH = G * H
         hin, hr = self.recurrent_inputs(fwd, h0=h0, mask=mask, lens=lens)
-        dR = cla.empty(q, (D, GH, K), dt)
+        dR = empty(q, (D, GH, K), dt)
         rows = T * N
         dgh = grads["dgh"]
         for d in range(D):
@@ -461,7 +460,7 @@ class Recurrence:
                      lda=D * GH, b_offset=d * K, ldb=D * K, c_offset=d * GH * K + o * K)
         dwp = None
         if self.P:
-            dwp = cla.empty(q, (D, self.P, H), dt)
+            dwp = empty(q, (D, self.P, H), dt)
             for d in range(D):
                 gemm(dev, dt, self.P, H, rows, grads["dr"], fwd["hs"], dwp, trans_a=True,
                      a_offset=d * self.P, lda=D * self.P, b_offset=d * H, ldb=D * H,

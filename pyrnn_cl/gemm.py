@@ -67,8 +67,8 @@ _REDUCE_WG = 8
 # them pyopencl packs plain Python numbers quickly (set_args with NumPy scalars and no declared
 # dtypes was measured at ~1 ms per call on PoCL, ~10 us with them).
 _SIGNATURES = {
-    "pyrnn_gemm_outer": "iiiirrBlllllBlllilBllll",
-    "pyrnn_gemm_dot": "iiiirrBlllBlllBllll",
+    "pyrnn_gemm_outer": "iiiirrBlllllBlllilBlllliBlll",
+    "pyrnn_gemm_dot": "iiiirrBlllBlllBlllliBlll",
     "pyrnn_gemm_pack_p": "iiiBllllBll",
     "pyrnn_gemm_pack_q": "iiiBllllBll",
     "pyrnn_sum_rows": "iirBlllBll",
@@ -233,8 +233,8 @@ def _round_up(x: int, multiple: int) -> int:
 
 def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
          a_offset=0, lda=None, b_offset=0, ldb=None, c_offset=0, ldc=None,
-         batch=1, stride_a=0, stride_b=0, stride_c=0, wait_for=None):
-    """Enqueue ``C = alpha * op(A) @ op(B) + beta * C`` on ``device.queue``; returns None.
+         batch=1, stride_a=0, stride_b=0, stride_c=0, bias=None, bias_offset=0, wait_for=None):
+    """Enqueue ``C = alpha * op(A) @ op(B) + beta * C (+ bias)`` on ``device.queue``; returns None.
 
     ``op(A)`` is ``[m x k]`` (A stored ``[k x m]`` when ``trans_a``), ``op(B)`` is ``[k x n]``
     (B stored ``[n x k]`` when ``trans_b``), C is ``[m x n]``; all row-major. ``a``, ``b``, ``c``
@@ -242,7 +242,10 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     Offsets, leading dimensions (default: the stored row length) and batch strides are in
     elements; with ``batch > 1``, ``C_i = alpha op(A_i) op(B_i) + beta C_i`` where
     ``A_i = a + a_offset + i * stride_a`` (likewise B, C). ``beta == 0`` never reads C (NaN-safe).
-    ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C``.
+    ``bias`` (a Buffer or Array, ``n`` elements from ``bias_offset``) is added to every row of
+    C in the same launch (``C[i][j] += bias[j]``; input projections ``x W^T + b``), the same
+    vector for every batch entry.
+    ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C (+ bias)``.
     """
     device = resolve_device(device)
     device.check_dtype(dtype)
@@ -261,6 +264,12 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         raise ShapeError(f"c: batch stride 0 with batch {batch} makes the results overwrite "
                          "each other")
     _check_extent("c", c_buf, itemsize, c_off, m, n, ldc, batch, stride_c)
+    if bias is None:
+        bias_buf, bias_off, has_bias = c_buf, 0, 0
+    else:
+        bias_buf, bias_extra = _buffer(bias, "bias", itemsize, dtype)
+        bias_off, has_bias = int(bias_offset) + bias_extra, 1
+        _check_extent("bias", bias_buf, itemsize, bias_off, 1, n, n, 1, 0)
     if k == 0:
         # C = beta * C: the kernels' k loops are empty, A and B are never read (may be None)
         a_buf, b_buf, a_off, b_off = c_buf, c_buf, c_off, c_off
@@ -320,29 +329,30 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
             q = (b_buf, b_off, tn, b_sk, n, stride_b)
         if not in_order:
             events += pack_events
-        rows, cols, d, mfast = m, n, (c_off, ldc, 1), 1
+        rows, cols, d, mfast, bs = m, n, (c_off, ldc, 1), 1, (0, 1)
     elif not trans_b:
         # NN, TN: P = op(A) through its strides, Q = B (rows contiguous). A work-group (dimension
         # 0) runs consecutive row tiles sharing their Q panel, except for TN, where A is read
         # across k with a stride: then consecutive column tiles share the P panel.
         p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
         q = (b_buf, b_off, tn, ldb, n, stride_b)
-        rows, cols, d, mfast = m, n, (c_off, ldc, 1), 0 if trans_a else 1
+        rows, cols, d, mfast, bs = m, n, (c_off, ldc, 1), 0 if trans_a else 1, (0, 1)
     elif trans_a:
         # TT: C^T = B A with P = B (stored [n x k]), Q = A (stored [k x m]), C written transposed
         p = (b_buf, b_off, tm * ldb, ldb, 1, stride_b)
         q = (a_buf, a_off, tn, lda, m, stride_a)
-        rows, cols, d, mfast = n, m, (c_off, 1, ldc), 1
+        rows, cols, d, mfast, bs = n, m, (c_off, 1, ldc), 1, (1, 0)   # bias along D's rows
     else:
         # NT: rows of A and of B are both contiguous along k -> dot-product kernel
         name = "pyrnn_gemm_dot"
         args = (m, n, k, 1, alpha, beta, a_buf, a_off, lda, stride_a, b_buf, b_off, ldb, stride_b,
-                c_buf, c_off, ldc, 1, stride_c)
+                c_buf, c_off, ldc, 1, stride_c, has_bias, bias_buf, bias_off, 0, 1)
         tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
         _launch(prog, code, queue, host, name, args, tiles, batch, events)
         return None
 
-    args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c)
+    args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c, has_bias, bias_buf,
+            bias_off, *bs)
     tiles = (-(-rows // tm), -(-cols // tn))
     event = _launch(prog, code, queue, host, "pyrnn_gemm_outer", args,
                     tiles if mfast else tiles[::-1],

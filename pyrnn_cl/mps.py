@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import engine
-from ._arrays import Call, check_rank, check_shape
+from ._arrays import Call, check_rank, check_shape, read_only_zeros
 from .cells import PEEP_MPS, CellSpec, activation_code
 from .engine import Recurrence, StateView
 from .errors import ShapeError
-from .programs import enqueue
+from .programs import enqueue, set_args
 
 __all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
            "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients"]
@@ -172,12 +172,14 @@ class _Layer:
         self.R = q.dev("recurrent_weight", recurrent_weight)
         self.W = q.dev("input_weight", input_weight)
         self.b = q.dev("bias", bias)
-        self.h0 = StateView(q.dev("init_state", init_state) if init_state is not None
-                            else q.zeros((N, D * H)), H, D * H)
+        # absent initial states: every (d, n) reads the same row of shared zeros
+        zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)
+        self.h0 = (StateView(q.dev("init_state", init_state), H, D * H)
+                   if init_state is not None else zero)
         self.c0 = None
         if kind == "lstm":
-            self.c0 = StateView(q.dev("init_cell", init_cell) if init_cell is not None
-                                else q.zeros((N, D * H)), H, D * H)
+            self.c0 = (StateView(q.dev("init_cell", init_cell), H, D * H)
+                       if init_cell is not None else zero)
         self.peep = q.dev("peephole", peephole)
         self.mask = self._mask(mask)
         self.hb = None
@@ -251,11 +253,11 @@ class _Layer:
                 prog = engine.util_program(q.device, q.dtype)
                 if self.kind == "rnn":   # h = act(z)
                     knl = prog.kernel("pyrnn_act_map")
-                    knl.set_args(y.base_data, sav.base_data, np.int32(self.cell.acts[0]))
+                    set_args(knl, y.base_data, sav.base_data, np.int32(self.cell.acts[0]))
                     enqueue(q.queue, knl, (y.size,))
                 else:                    # LSTM: h = o * g(c)
                     knl = prog.kernel("pyrnn_gate_act")
-                    knl.set_args(y.base_data, sav.base_data, cs.base_data, np.int32(H),
+                    set_args(knl, y.base_data, sav.base_data, cs.base_data, np.int32(H),
                                  np.int32(G * H), np.int32(self.cell.gate_blocks[3] * H),
                                  np.int32(self.cell.cell_act))
                     enqueue(q.queue, knl, (H, D, T * N))

@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyopencl as cl
 
 from . import _env, sources
@@ -455,6 +456,19 @@ def _build(device, name, defines, options, source) -> Program:
     return Program(raw, device, name, defines, options, source, key, False, seconds)
 
 
+def _profile_options(device) -> tuple[str, ...]:
+    """The device profile's build options, computed once per (device, profile): they parse
+    version strings, and every op call asks for several programs."""
+    cached = getattr(device, "_pyrnn_options", None)
+    if cached is None or cached[0] is not device.profile:
+        cached = (device.profile, tuple(device.profile.build_options(device.info)))
+        try:
+            device._pyrnn_options = cached
+        except AttributeError:
+            pass
+    return cached[1]
+
+
 def get_program(
     device,
     source: str,
@@ -477,7 +491,7 @@ def get_program(
 
     device = resolve_device(device)
     defines = dict(defines or {})
-    all_options = list(device.profile.build_options(device.info)) + list(options or [])
+    all_options = list(_profile_options(device)) + list(options or [])
     if isinstance(source_dir, (str, Path)) or source_dir is None:
         dir_key = None if source_dir is None else (str(source_dir),)
     else:
@@ -519,6 +533,19 @@ def _as_size(size) -> tuple[int, ...]:
     if isinstance(size, int):
         return (size,)
     return tuple(int(s) for s in size)
+
+
+def set_args(kernel, *args):
+    """``kernel.set_args(*args)`` with the scalar argument types declared once per kernel object,
+    taken from ``args`` (a NumPy scalar gives its dtype, a buffer ``None``). pyopencl's untyped
+    path inspects every argument on each call: ~75 us for a dozen arguments on PoCL, more than
+    the launch itself; the typed path packs them in ~3 us. Kernel objects are per thread
+    (:meth:`Program.kernel`), so the declaration never races."""
+    sig = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
+    if getattr(kernel, "_pyrnn_sig", None) != sig:
+        kernel.set_scalar_arg_dtypes(list(sig))
+        kernel._pyrnn_sig = sig
+    kernel.set_args(*args)
 
 
 def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):

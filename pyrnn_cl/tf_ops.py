@@ -64,7 +64,7 @@ from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
 from .gemm import gemm, sum_rows
-from .programs import enqueue
+from .programs import enqueue, set_args
 
 __all__ = [
     "gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads",
@@ -166,7 +166,7 @@ def _tanh(call, a):
     out = call.empty(a.shape)
     if a.size:
         knl = engine.util_program(call.device, call.dtype).kernel("pyrnn_tanh")
-        knl.set_args(out.base_data, a.base_data)
+        set_args(knl, out.base_data, a.base_data)
         enqueue(call.queue, knl, (a.size,))
     return out
 
@@ -176,7 +176,7 @@ def _hadamard(call, a, b, rows, width):
     out = call.empty((rows, width))
     if rows and width:
         knl = engine.util_program(call.device, call.dtype).kernel("pyrnn_gate_act")
-        knl.set_args(out.base_data, a.base_data, b.base_data, np.int32(width), np.int32(width),
+        set_args(knl, out.base_data, a.base_data, b.base_data, np.int32(width), np.int32(width),
                      np.int32(0), np.int32(ACTIVATIONS["none"]))
         enqueue(call.queue, knl, (width, 1, rows))
     return out

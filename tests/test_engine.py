@@ -284,3 +284,62 @@ def test_launches_are_counted_and_linear_in_T(device, cell):
     launched = launch_count() - before
     steps = 2 if cell == "gru-before" else 1
     assert 1 <= launched <= steps * T + 12, f"{launched} launches for T={T}"
+
+
+# =================================================================================================
+# Host-side helpers of the engine (per-call costs)
+
+
+def test_shared_zeros_are_never_written(device):
+    """Absent initial states, final-state gradients and zero rows read one shared zero buffer
+    (``_arrays.read_only_zeros``) through stride-0 views: after forward and gradient ops of every
+    cell without initial states and without state gradients, the buffer is still all zeros, and
+    the results still match the reference."""
+    from pyrnn_cl._arrays import read_only_zeros
+
+    for cell in CELLS:
+        kind, flags = CELLS[cell]
+        desc = desc_of(kind, bidirectional=True, **flags)
+        inputs = S.layer_inputs(kind, S.Shape("zeros", T=4, N=3, I=5, H=7), bidirectional=True,
+                                seed=60, dtype=np.float32)
+        for name in ("init_state", "init_cell"):
+            inputs.pop(name, None)
+        check_against_reference(device, kind, desc, inputs, np.float32, which=("dy",))
+    zeros = read_only_zeros(device, np.float32, 1)
+    assert zeros.size >= 4 * 7
+    assert not np.any(zeros.get())
+
+
+def test_empty_arrays_are_plain_pyopencl_arrays(device):
+    """``_arrays.empty`` (pyopencl's fast constructor path) gives what ``cla.empty`` gives."""
+    from pyrnn_cl._arrays import empty
+
+    for shape in [(3, 0, 2), (5,), (2, 3, 7), ()]:
+        a, b = empty(device.queue, shape, np.float64), cla.empty(device.queue, shape, np.float64)
+        assert (a.shape, a.strides, a.size, a.nbytes, a.dtype, a.offset) == \
+            (b.shape, b.strides, b.size, b.nbytes, b.dtype, b.offset)
+        assert a.flags.c_contiguous and a.queue is device.queue
+        if a.size:
+            a.fill(2.5)
+            assert np.all(a.get() == 2.5)
+
+
+def test_set_args_declares_scalar_types(device):
+    """``programs.set_args`` declares the scalar types from the values (int32/int64/real) once
+    per kernel object and again when they change; the kernel sees the values."""
+    from pyrnn_cl.programs import enqueue, set_args
+
+    q = device.queue
+    knl = engine.util_program(device, np.float32).kernel("pyrnn_copy3")
+    src = cla.to_device(q, np.arange(12, dtype=np.float32))
+    dst = cla.zeros(q, (12,), np.float32)
+    i64, f32 = np.int64, np.float32
+    set_args(knl, dst.base_data, i64(0), i64(0), i64(0), i64(1), src.base_data, i64(2), i64(0),
+             i64(0), i64(1), f32(2.0), f32(0.0))
+    assert knl._pyrnn_sig[1] == np.dtype(np.int64) and knl._pyrnn_sig[0] is None
+    enqueue(q, knl, (5, 1, 1))
+    assert np.array_equal(dst.get()[:5], 2 * np.arange(2, 7))
+    set_args(knl, dst.base_data, i64(6), i64(0), i64(0), i64(1), src.base_data, i64(0), i64(0),
+             i64(0), i64(1), f32(1.0), f32(1.0))
+    enqueue(q, knl, (3, 1, 1))
+    assert np.array_equal(dst.get()[6:9], np.arange(3))

@@ -310,6 +310,38 @@ def test_one_launch_per_call(dev, monkeypatch):
     assert programs.launch_count() == before + 5
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_bias_every_path(dev, dtype, pack, ta, tb, monkeypatch):
+    """``bias``: ``C = alpha op(A) op(B) + beta C + bias[j]`` through each kernel path (the TT
+    path computes C^T, so the bias runs along the rows of its output), with a bias offset, a
+    batch sharing one bias, and k = 0 (C = beta C + bias)."""
+    _need(dev, dtype)
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
+    rng = np.random.default_rng(10)
+    q = dev.queue
+    for m, n, k, batch in [(1, 1, 1, 1), (7, 33, 257, 1), (127, 129, 13, 2), (33, 1, 64, 1),
+                           (65, 63, 1, 1), (2, 3, 40, 3), (5, 19, 0, 1), (64, 64, 16, 1)]:
+        for alpha, beta, nan_c in ((1.0, 0.0, True), (0.75, -1.25, False)):
+            A = rng.standard_normal((batch,) + ((k, m) if ta else (m, k))).astype(dtype)
+            B = rng.standard_normal((batch,) + ((n, k) if tb else (k, n))).astype(dtype)
+            C0 = (np.full((batch, m, n), np.nan, dtype) if nan_c
+                  else rng.standard_normal((batch, m, n)).astype(dtype))
+            bias = rng.standard_normal(n + 5).astype(dtype)
+            c = _dev_array(q, C0)
+            gemm(dev, dtype, m, n, k, _dev_array(q, A), _dev_array(q, B), c, trans_a=ta,
+                 trans_b=tb, alpha=alpha, beta=beta, batch=batch, stride_a=A[0].size,
+                 stride_b=B[0].size, stride_c=m * n, bias=_dev_array(q, bias), bias_offset=5)
+            ref = np.stack([alpha * (_op(A[i], ta).astype(np.float64) @ _op(B[i], tb))
+                            for i in range(batch)]) + bias[5:].astype(np.float64)
+            if beta != 0:
+                ref += beta * C0.astype(np.float64)
+            out = c.get()[: batch * m * n].reshape(batch, m, n)
+            assert np.isfinite(out).all(), (m, n, k)
+            assert _rel(out, ref) <= TOL[dtype], (m, n, k, batch)
+
+
 def test_argument_errors(dev):
     q = dev.queue
     a = cla.zeros(q, (8, 8), np.float32)
@@ -325,6 +357,10 @@ def test_argument_errors(dev):
         gemm(dev, np.float64, 2, 2, 2, a, a, a)  # Array dtype differs from dtype
     with pytest.raises(ShapeError):
         sum_rows(dev, np.float32, 9, 8, a, a)
+    with pytest.raises(ShapeError, match="bias"):
+        gemm(dev, np.float32, 2, 8, 2, a, a, a, bias=a, bias_offset=60)  # bias runs past the end
+    with pytest.raises(TypeError, match="bias"):
+        gemm(dev, np.float32, 2, 2, 2, a, a, a, bias=cla.zeros(q, (2,), np.float64))
 
 
 # ---- sum_rows --------------------------------------------------------------------------------

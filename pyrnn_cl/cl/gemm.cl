@@ -1,7 +1,10 @@
 // =================================================================================================
 // gemm.cl -- matrix multiply for pyrnn_cl (row-major; offsets, strides in elements, all arguments)
 //
-//   C[m x n] = alpha * op(A)[m x k] * op(B)[k x n] + beta * C        (beta == 0: C is not read)
+//   C[m x n] = alpha * op(A)[m x k] * op(B)[k x n] + beta * C + bias     (beta == 0: C is not read)
+//
+// bias (has_bias != 0) is added to D[i][j] as bias[b_off + i * b_si + j * b_sj]: a row vector over the
+// columns of C (b_si = 0, b_sj = 1), or over the rows of D when the host computes C^T.
 //
 // Kernels (the host, pyrnn_cl/gemm.py, picks them per call):
 //   pyrnn_gemm_outer   D = alpha P Q + beta D, P and D through run-time strides, rows of Q
@@ -112,9 +115,13 @@ PYRNN_FUNC GEMM_T gemm_hsum(GEMM_DV v) {
 #endif
 }
 
-// stores one value of D; beta == 0 never reads D (NaN-safe)
-#define GEMM_STORE1(ptr, val) \
-  do { if (beta == (GEMM_T)0) *(ptr) = alpha * (val); else *(ptr) = mad(beta, *(ptr), alpha * (val)); } while (0)
+// the bias term of D[i][j] (0 without a bias)
+#define GEMM_BIAS1(i, j) (has_bias ? bias[(long)(i) * b_si + (long)(j) * b_sj] : (GEMM_T)0)
+
+// stores one value of D with its bias term; beta == 0 never reads D (NaN-safe)
+#define GEMM_STORE1(ptr, val, bv) \
+  do { if (beta == (GEMM_T)0) *(ptr) = mad(alpha, (val), (bv)); \
+       else *(ptr) = mad(beta, *(ptr), mad(alpha, (val), (bv))); } while (0)
 
 // =================================================================================================
 // outer-product kernel: acc[i][v] += P[i, kk] * Q[kk, j0 + v*VW .. +VW]
@@ -133,7 +140,9 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
                                const __global GEMM_T* restrict q, const long q_off, const long q_st,
                                const long q_sk, const int nq, const long q_batch,
                                __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
-                               const long d_batch) {
+                               const long d_batch, const int has_bias,
+                               const __global GEMM_T* restrict bias, const long b_off,
+                               const long b_si, const long b_sj) {
   const int g0 = get_global_id(0), g1 = get_global_id(1);
   const int mt = mfast ? g0 : g1, nt = mfast ? g1 : g0;
   const int i0 = mt * GEMM_TM, j0 = nt * GEMM_NR;
@@ -142,6 +151,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
   p += p_off + bi * p_batch + mt * p_st;
   q += q_off + bi * q_batch + nt * q_st;
   d += d_off + bi * d_batch;
+  bias += b_off;
 
   // row pointers of P (rows beyond m clamped to m - 1: loaded, never stored)
   const __global GEMM_T* prow[GEMM_TM];
@@ -204,8 +214,14 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
       #pragma unroll
       for (int v = 0; v < GEMM_TNV; ++v) {
         __global GEMM_T* dp = drow + v * GEMM_VW;
-        if (beta == (GEMM_T)0) GEMM_VSTORE(alpha * acc[i][v], dp);
-        else GEMM_VSTORE(mad((GEMM_V)beta, GEMM_VLOAD(dp), alpha * acc[i][v]), dp);
+        const int j = j0 + v * GEMM_VW;
+        GEMM_V val = alpha * acc[i][v];
+        if (has_bias) {
+          const __global GEMM_T* bp = bias + (long)(i0 + i) * b_si + (long)j * b_sj;
+          val += b_sj ? GEMM_VLOAD(bp) : (GEMM_V)(*bp);
+        }
+        if (beta == (GEMM_T)0) GEMM_VSTORE(val, dp);
+        else GEMM_VSTORE(mad((GEMM_V)beta, GEMM_VLOAD(dp), val), dp);
       }
     }
   } else {
@@ -223,7 +239,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
 #endif
         for (int e = 0; e < GEMM_VW; ++e) {
           const int j = j0 + v * GEMM_VW + e;
-          if (j < n) GEMM_STORE1(drow + (long)j * d_sj, t[e]);
+          if (j < n) GEMM_STORE1(drow + (long)j * d_sj, t[e], GEMM_BIAS1(i0 + i, j));
         }
       }
     }
@@ -240,7 +256,9 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
                              const __global GEMM_T* restrict q, const long q_off, const long ldq,
                              const long q_batch,
                              __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
-                             const long d_batch) {
+                             const long d_batch, const int has_bias,
+                             const __global GEMM_T* restrict bias, const long b_off,
+                             const long b_si, const long b_sj) {
   const int g0 = get_global_id(0), g1 = get_global_id(1);
   const int mt = mfast ? g0 : g1, nt = mfast ? g1 : g0;
   const int i0 = mt * GEMM_DTM, j0 = nt * GEMM_DTN;
@@ -249,6 +267,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
   p += p_off + bi * p_batch;
   q += q_off + bi * q_batch;
   d += d_off + bi * d_batch;
+  bias += b_off;
 
   const __global GEMM_T* prow[GEMM_DTM];
   const __global GEMM_T* qrow[GEMM_DTN];
@@ -297,7 +316,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
     __global GEMM_T* drow = d + (long)(i0 + i) * d_si;
     #pragma unroll
     for (int j = 0; j < GEMM_DTN; ++j) {
-      if (j0 + j < n) GEMM_STORE1(drow + (long)(j0 + j) * d_sj, s[i][j]);
+      if (j0 + j < n) GEMM_STORE1(drow + (long)(j0 + j) * d_sj, s[i][j], GEMM_BIAS1(i0 + i, j0 + j));
     }
   }
 }
