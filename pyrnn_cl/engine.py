@@ -37,7 +37,7 @@ from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
 __all__ = ["Recurrence", "StateView", "input_projection", "input_gradients", "util_program",
-           "copy3", "add_rows"]
+           "copy3", "add_rows", "act_map", "gate_act"]
 
 _I32 = np.int32
 _I64 = np.int64
@@ -53,18 +53,49 @@ class StateView:
     sn: int
 
 
-def util_program(device, dtype):
-    """The program of ``cl/util.cl`` for ``dtype``."""
-    return get_program(device, "util.cl", {"PYRNN_DTYPE": dtype_code(dtype)})
+def util_program(device, dtype, vw=1):
+    """The program of ``cl/util.cl`` for ``dtype`` with ``vw`` elements per work-item in its
+    vectorised kernels (``add_rows``, ``act_map``, ``gate_act``)."""
+    return get_program(device, "util.cl", {"PYRNN_DTYPE": dtype_code(dtype), "REC_VW": vw})
+
+
+def _util_width(dtype, *sizes):
+    """Elements per work-item of the vectorised util kernels: the widest vector dividing every
+    size (float32 up to 16, float64 up to 8: one 512-bit register)."""
+    return _vector_width(16 if np.dtype(dtype) == np.float32 else 8, *sizes)
 
 
 def add_rows(device, dtype, a, rows, cols, b):
     """``a[i][j] += b[j]`` for a contiguous ``[rows][cols]`` array ``a``."""
     if rows == 0 or cols == 0:
         return
-    knl = util_program(device, dtype).kernel("pyrnn_add_rows")
+    vw = _util_width(dtype, cols)
+    knl = util_program(device, dtype, vw).kernel("pyrnn_add_rows")
     set_args(knl, a.base_data, _I32(cols), b.base_data)
-    enqueue(device.queue, knl, (cols, rows))
+    enqueue(device.queue, knl, (cols // vw, rows))
+
+
+def act_map(device, dtype, y, x, kind):
+    """``y = act(x)`` element-wise (``kind``: an activation code of ``cells.ACTIVATIONS``)."""
+    if y.size == 0:
+        return
+    vw = _util_width(dtype, y.size)
+    knl = util_program(device, dtype, vw).kernel("pyrnn_act_map")
+    set_args(knl, y.base_data, x.base_data, _I32(kind))
+    enqueue(device.queue, knl, (y.size // vw,))
+
+
+def gate_act(device, dtype, y, a, c, rows, D, H, GW, off, kind):
+    """``y[r][d][j] = a[r][d][off + j] * act(c[r][d][j])`` for ``[rows][D][H]`` ``y`` and ``c``
+    and ``[rows][D][GW]`` ``a`` (an LSTM's ``h = o * g(c)`` from its saved gates; with the
+    identity, a Hadamard product)."""
+    if rows == 0 or D == 0 or H == 0:
+        return
+    vw = _util_width(dtype, H, GW, off)
+    knl = util_program(device, dtype, vw).kernel("pyrnn_gate_act")
+    set_args(knl, y.base_data, a.base_data, c.base_data, _I32(H), _I32(GW), _I32(off),
+             _I32(kind))
+    enqueue(device.queue, knl, (H // vw, D, rows))
 
 
 def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, alpha=1.0,

@@ -37,7 +37,6 @@ from ._arrays import Call, check_rank, check_shape, read_only_zeros
 from .cells import PEEP_MPS, CellSpec, activation_code
 from .engine import Recurrence, StateView
 from .errors import ShapeError
-from .programs import enqueue, set_args
 
 __all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
            "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients"]
@@ -249,18 +248,11 @@ class _Layer:
         sav = q.dev("z_state", z_state, (T, N, D * G * H))
         if y is None:
             y = q.empty((T, N, D * H))
-            if y.size:
-                prog = engine.util_program(q.device, q.dtype)
-                if self.kind == "rnn":   # h = act(z)
-                    knl = prog.kernel("pyrnn_act_map")
-                    set_args(knl, y.base_data, sav.base_data, np.int32(self.cell.acts[0]))
-                    enqueue(q.queue, knl, (y.size,))
-                else:                    # LSTM: h = o * g(c)
-                    knl = prog.kernel("pyrnn_gate_act")
-                    set_args(knl, y.base_data, sav.base_data, cs.base_data, np.int32(H),
-                                 np.int32(G * H), np.int32(self.cell.gate_blocks[3] * H),
-                                 np.int32(self.cell.cell_act))
-                    enqueue(q.queue, knl, (H, D, T * N))
+            if self.kind == "rnn":   # h = act(z)
+                engine.act_map(q.device, q.dtype, y, sav, self.cell.acts[0])
+            else:                    # LSTM: h = o * g(c)
+                engine.gate_act(q.device, q.dtype, y, sav, cs, T * N, D, H, G * H,
+                                self.cell.gate_blocks[3] * H, self.cell.cell_act)
         return {"sav": sav, "y": y, "cs": cs, "hs": None}
 
 

@@ -174,11 +174,8 @@ def _tanh(call, a):
 def _hadamard(call, a, b, rows, width):
     """``a ⊙ b`` of two ``[rows][width]`` arrays (``pyrnn_gate_act`` with the identity)."""
     out = call.empty((rows, width))
-    if rows and width:
-        knl = engine.util_program(call.device, call.dtype).kernel("pyrnn_gate_act")
-        set_args(knl, out.base_data, a.base_data, b.base_data, np.int32(width), np.int32(width),
-                     np.int32(0), np.int32(ACTIVATIONS["none"]))
-        enqueue(call.queue, knl, (width, 1, rows))
+    engine.gate_act(call.device, call.dtype, out, a, b, rows, 1, width, width, 0,
+                    ACTIVATIONS["none"])
     return out
 
 

@@ -1,15 +1,18 @@
 /* util.cl -- small element-wise kernels used around the recurrence: bias broadcast, strided copies
- * (layout changes such as batch-major <-> time-major, slices of layer states) and tanh.
- * One work-item per element; sizes, offsets and strides are arguments (elements).
+ * (layout changes such as batch-major <-> time-major, slices of layer states) and activations.
+ * Sizes, offsets and strides are arguments (elements). pyrnn_add_rows, pyrnn_act_map and
+ * pyrnn_gate_act handle REC_VW consecutive elements per work-item (the host compiles this file with
+ * the widest REC_VW dividing the row length: PoCL does not vectorise across work-items); the others
+ * one element each.
  */
 #include "common.h"
 
-/* a[i][j] += b[j] for a row-major [rows][cols] a. Global size (cols, rows). */
+/* a[i][j] += b[j] for a row-major [rows][cols] a. Global size (cols / REC_VW, rows). */
 __kernel void pyrnn_add_rows(__global real *a, const int cols, __global const real *b)
 {
-    const int j = get_global_id(0);
-    const long i = get_global_id(1);
-    a[i * cols + j] += b[j];
+    const int j = get_global_id(0) * REC_VW;
+    __global real *p = a + get_global_id(1) * (long)cols + j;
+    STOREV(LOADV(p) + LOADV(b + j), p);
 }
 
 /* dst[i0][i1][i2] = alpha * src[i0][i1][i2] + beta * dst (beta == 0: dst not read), through
@@ -32,20 +35,20 @@ __kernel void pyrnn_tanh(__global real *y, __global const real *x)
     y[i] = tanh(x[i]);
 }
 
-/* y[i] = act(x[i]) with a run-time activation code (common.h). Global size (n). */
+/* y[i] = act(x[i]) with a run-time activation code (common.h). Global size (n / REC_VW). */
 __kernel void pyrnn_act_map(__global real *y, __global const real *x, const int kind)
 {
-    const long i = get_global_id(0);
-    y[i] = pyrnn_act(kind, x[i]);
+    const long i = get_global_id(0) * REC_VW;
+    STOREV(pyrnn_act(kind, LOADV(x + i)), y + i);
 }
 
 /* y[r][d][j] = a[r][d][off + j] * act(c[r][d][j]): rebuilds h = o . act(c) of an LSTM from a
- * gate block of width-GW rows and the cell sequence. Global size (H, D, rows). */
+ * gate block of width-GW rows and the cell sequence. Global size (H / REC_VW, D, rows). */
 __kernel void pyrnn_gate_act(__global real *y, __global const real *a, __global const real *c,
                              const int H, const int GW, const int off, const int kind)
 {
-    const int j = get_global_id(0), d = get_global_id(1), D = get_global_size(1);
+    const int j = get_global_id(0) * REC_VW, d = get_global_id(1), D = get_global_size(1);
     const long r = get_global_id(2);
     const long hi = (r * D + d) * H + j;
-    y[hi] = a[(r * D + d) * GW + off + j] * pyrnn_act(kind, c[hi]);
+    STOREV(LOADV(a + (r * D + d) * GW + off + j) * pyrnn_act(kind, LOADV(c + hi)), y + hi);
 }
