@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl.array as cla
 
-from ._arrays import check_memory, empty, read_only_zeros
+from ._arrays import check_memory, empty, read_only_zeros, temporary
 from .cells import CellSpec
 from .gemm import gemm, sum_rows
 from .programs import enqueue, get_program, set_args
@@ -265,18 +265,18 @@ class Recurrence:
     def pack(self, weight, rows, width, G, blocks):
         """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
         product's layout: per column, the G gate vectors of VW units side by side)."""
-        packed = empty(self.device.queue, (self.D * G * rows * width,), self.dtype)
+        packed = temporary(self.device, (self.D * G * rows * width,), self.dtype)
         knl = self._program().kernel("pyrnn_pack")
         blk = list(blocks) + [0] * (4 - len(blocks))
         set_args(knl, _I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
                      weight.base_data, packed.base_data)
-        enqueue(self.device.queue, knl, (width, G * rows // self.vw, self.D))
+        enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
     def pack_t(self, weight, rows, cols):
         """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
         backward reductions' layout: each work-item streams one contiguous slab)."""
-        packed = empty(self.device.queue, (self.D * rows * cols,), self.dtype)
+        packed = temporary(self.device, (self.D * rows * cols,), self.dtype)
         knl = self._program().kernel("pyrnn_pack_t")
         set_args(knl, _I32(rows), _I32(cols), weight.base_data, packed.base_data)
         enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
@@ -368,7 +368,7 @@ class Recurrence:
         self._check_memory(backward=True)
         separate = self.cell.kind == "gru"
         dgx = empty(q, (T, N, D * G * H), dt)
-        dgh = empty(q, (T, N, D * G * H), dt) if separate else dgx
+        dgh = temporary(self.device, (T, N, D * G * H), dt) if separate else dgx
         res = {"dgx": dgx, "dgh": dgh, "dr": None, "dpeep": None}
         if self.flags["HAS_PEEP"] and (T == 0 or N == 0):
             res["dpeep"] = cla.zeros(q, (D * G * H,), dt)   # no step: zero peephole gradient
@@ -390,8 +390,9 @@ class Recurrence:
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dhn_v = dhn or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
-        carry_h = empty(q, (max(T, 1), N, D * H), dt)
-        carry_c = empty(q, (max(T, 1), N, D * H), dt) if self.cell.has_c else None
+        carry_h = temporary(self.device, (max(T, 1), N, D * H), dt)
+        carry_c = (temporary(self.device, (max(T, 1), N, D * H), dt) if self.cell.has_c
+                   else None)
         rpk = fwd.get("rpk")
         if self.cell.needs_hn and T:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
@@ -403,7 +404,7 @@ class Recurrence:
         kernels, index = [], {}
         dr = None
         if self.P:
-            dr = empty(q, (max(T, 1), N, D * self.P), dt)
+            dr = temporary(self.device, (max(T, 1), N, D * self.P), dt)
             res["dr"] = dr
             bp = prog.kernel("pyrnn_bwd_proj")
             set_args(bp, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
@@ -461,8 +462,8 @@ class Recurrence:
         ``hr = hin . r``: the right-hand sides of the recurrent weight gradient."""
         T, N, D, K = self.T, self.N, self.D, self.K
         q, dt = self.device.queue, self.dtype
-        hin = empty(q, (T, N, D * K), dt)
-        hr = empty(q, (T, N, D * K), dt) if self.cell.two_phase else None
+        hin = temporary(self.device, (T, N, D * K), dt)
+        hr = temporary(self.device, (T, N, D * K), dt) if self.cell.two_phase else None
         if T and N:
             knl = self._program().kernel("pyrnn_gather_hin")
             set_args(knl, _I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,

@@ -41,6 +41,7 @@ import threading
 import numpy as np
 import pyopencl as cl
 
+from ._arrays import free_pools
 from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program
@@ -189,8 +190,10 @@ class _Scratch:
 
 
 def release_scratch() -> None:
-    """Drop this thread's packing buffers (they are re-created on the next large ``gemm``)."""
+    """Drop this thread's packing buffers (they are re-created on the next large ``gemm``) and
+    the memory the engine's pools hold for temporaries (``_arrays.free_pools``)."""
     _Scratch._local.table = {}
+    free_pools()
 
 
 def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObject, int]:
