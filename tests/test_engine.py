@@ -375,3 +375,29 @@ def test_vectorised_util_kernels(device, dtype, H):
     m = cla.to_device(q, a.reshape(rows * D, G * H))
     engine.add_rows(device, dtype, m, rows * D, G * H, cla.to_device(q, b))
     np.testing.assert_allclose(m.get(), a.reshape(rows * D, G * H) + b, rtol=1e-6, atol=1e-6)
+
+
+def test_temporaries_come_from_a_pool_on_in_order_queues(device):
+    """``_arrays.temporary``: pooled memory on the device's in-order queue (a dropped array's
+    memory is handed to the next request of that size), plain buffers on an out-of-order queue;
+    ``release_scratch`` frees what the pools hold."""
+    import pyopencl as cl
+
+    from pyrnn_cl._arrays import temporary
+    from pyrnn_cl.devices import Device
+    from pyrnn_cl.gemm import release_scratch
+
+    a = temporary(device, (1000, 3), np.float32)
+    assert type(a.base_data).__name__ == "PooledBuffer" and a.shape == (1000, 3)
+    ptr = a.base_data.int_ptr
+    del a
+    b = temporary(device, (3000,), np.float32)
+    assert b.base_data.int_ptr == ptr          # the same memory, reused
+    b.fill(1.0)
+    assert np.all(b.get() == 1.0)
+    release_scratch()
+    ooo = cl.CommandQueue(device.context, device.cl_device,
+                          properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    other = Device(device.cl_device, context=device.context, queue=ooo, info=device.info)
+    c = temporary(other, (10,), np.float32)
+    assert isinstance(c.base_data, cl.Buffer) and type(c.base_data).__name__ != "PooledBuffer"
