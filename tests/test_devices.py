@@ -430,6 +430,11 @@ def test_real_device():
     wrapped = resolve_device(queue)
     assert wrapped.queue is queue and wrapped.context == dev.context
     assert wrapped.info.index == dev.info.index
+    # one Device per queue object (what a device keeps between calls lasts with the queue), and
+    # the queue of a device made by get_device resolves to that device
+    assert resolve_device(queue) is wrapped
+    assert resolve_device(dev.queue) is dev
+    assert resolve_device(cl.CommandQueue(dev.context)) is not wrapped
     set_default_device(queue)
     assert get_device().queue is queue
 

@@ -271,6 +271,18 @@ def _select_pyopencl_ctx(spec: str, infos) -> list[DeviceInfo]:
 # {{{ Device
 
 
+#: The attribute of a ``pyopencl.CommandQueue`` holding its ``Device`` (queues cannot be weakly
+#: referenced; the reference cycle queue <-> Device is collected with the queue).
+_QUEUE_ATTR = "_pyrnn_cl_device"
+
+
+def _remember(queue, device) -> None:
+    try:
+        setattr(queue, _QUEUE_ATTR, device)
+    except (AttributeError, TypeError):   # a queue type without instance attributes
+        pass
+
+
 class Device:
     """One OpenCL device with its context, an in-order queue, its info and vendor profile.
 
@@ -286,13 +298,24 @@ class Device:
         self.info = info if info is not None else DeviceInfo.from_cl(cl_device)
         self.profile = profile_for(self.info)
         self.context = context if context is not None else cl.Context([cl_device])
-        self.queue = queue if queue is not None else cl.CommandQueue(self.context, cl_device)
+        if queue is None:
+            queue = cl.CommandQueue(self.context, cl_device)
+            _remember(queue, self)        # arrays made on this queue resolve to this device
+        self.queue = queue
 
     @classmethod
     def from_queue(cls, queue) -> Device:
-        """Wrap a user's ``pyopencl.CommandQueue`` (its context and device are used as is)."""
-        cl_device = queue.device
-        return cls(cl_device, context=queue.context, queue=queue, info=_info_for(cl_device))
+        """The ``Device`` of a ``pyopencl.CommandQueue``: the one that made the queue, else a
+        wrapper of the user's queue (its context and device used as is), made once per queue
+        object, so that what a device keeps between calls (memory pools, shared zeros, build
+        options) lasts as long as the queue."""
+        device = getattr(queue, _QUEUE_ATTR, None)
+        if device is None:
+            cl_device = queue.device
+            device = cls(cl_device, context=queue.context, queue=queue,
+                         info=_info_for(cl_device))
+            _remember(queue, device)
+        return device
 
     @property
     def name(self) -> str:
@@ -460,8 +483,6 @@ def resolve_device(device=None) -> Device:
     import pyopencl as cl
 
     if isinstance(device, cl.CommandQueue):
-        # A fresh wrapper per call: cheap (the DeviceInfo is memoized per cl.Device), and
-        # queues cannot be weakly referenced, so memoizing would keep users' queues alive.
         return Device.from_queue(device)
     raise TypeError(
         "device must be None, a pyrnn_cl.devices.Device, a pyopencl.CommandQueue or a device "
