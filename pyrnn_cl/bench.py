@@ -434,9 +434,9 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
         fwd_ws += packed                                         # R packed
         bwd_ws += packed * (2 if gru else 1)                     # transposed pack (+ R again)
         bwd_ws += T * N * GH * (2 if gru else 1)                 # dgx (+ dgh)
-        bwd_ws += seq_h * (2 if lstm else 1)                     # carry_h (+ carry_c)
+        bwd_ws += 2 * N * D * H * (2 if lstm else 1)             # carry ring (+ carry_c)
         bwd_ws += seq_h if lstm else 0                           # y rebuilt from the gates
-        bwd_ws += seq_h                                          # hin
+        bwd_ws += 0                                              # hin: none (dR reads y)
         bwd_ws += T * N * width + GH * width + D * G * H * H + GH  # dx, dW, dR, db
     inputs += T * N * D * H                                      # dy of the last layer
     out = dict(inputs=inputs, reserve=reserve, fwd_workspace=fwd_ws, bwd_workspace=bwd_ws)

@@ -208,9 +208,9 @@ class Recurrence:
         bufs = [seq * G * H, seq * K, D * G * H * K]                 # gx, y, packed R
         bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
         if backward:
-            bufs += [seq * G * H, seq * H, seq * K]                  # dgx, carry_h, hin
+            bufs += [seq * G * H, 2 * N * D * H, seq * K]            # dgx, carry_h, hin
             bufs += [seq * G * H] * (self.cell.kind == "gru")        # dgh
-            bufs += [seq * H] * self.cell.has_c + [seq * P] * bool(P)   # carry_c, dr
+            bufs += [2 * N * D * H] * self.cell.has_c + [seq * P] * bool(P)  # carry_c, dr
         check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
                      f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
                      [b * self.dtype.itemsize for b in bufs])
@@ -390,9 +390,9 @@ class Recurrence:
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dhn_v = dhn or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
-        carry_h = temporary(self.device, (max(T, 1), N, D * H), dt)
-        carry_c = (temporary(self.device, (max(T, 1), N, D * H), dt) if self.cell.has_c
-                   else None)
+        # the direct-path carries between consecutive steps: a ring of two steps
+        carry_h = temporary(self.device, (2, N, D * H), dt)
+        carry_c = temporary(self.device, (2, N, D * H), dt) if self.cell.has_c else None
         rpk = fwd.get("rpk")
         if self.cell.needs_hn and T:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
@@ -479,11 +479,26 @@ class Recurrence:
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         q, dt, dev = self.device.queue, self.dtype, self.device
         GH = G * H
-        hin, hr = self.recurrent_inputs(fwd, h0=h0, mask=mask, lens=lens)
         dR = empty(q, (D, GH, K), dt)
         rows = T * N
         dgh = grads["dgh"]
-        for d in range(D):
+        if mask is None and lens is None and not self.cell.two_phase and T:
+            # hin[t] is y at the previous step (h0 at the first): two GEMMs per direction on y
+            # shifted by one step, no gathered copy
+            for d in range(D):
+                rev = (self.rev_mask >> d) & 1
+                first, rest = (T - 1, 0) if rev else (0, 1)     # the step reading h0; the others
+                gemm(dev, dt, GH, K, (T - 1) * N, dgh, fwd["y"], dR, trans_a=True,
+                     a_offset=rest * N * D * GH + d * GH, lda=D * GH,
+                     b_offset=(1 - rest) * N * D * K + d * K, ldb=D * K, c_offset=d * GH * K)
+                if h0.sd or h0.sn:          # (a stride-0 view is the shared zero state)
+                    gemm(dev, dt, GH, K, N, dgh, h0.array, dR, trans_a=True,
+                         a_offset=first * N * D * GH + d * GH, lda=D * GH,
+                         b_offset=d * h0.sd, ldb=h0.sn, c_offset=d * GH * K, beta=1.0)
+            hin = hr = None
+        else:
+            hin, hr = self.recurrent_inputs(fwd, h0=h0, mask=mask, lens=lens)
+        for d in range(D if hin is not None else 0):
             gemm(dev, dt, GH, K, rows, dgh, hin, dR, trans_a=True, a_offset=d * GH, lda=D * GH,
                  b_offset=d * K, ldb=D * K, c_offset=d * GH * K)
             if hr is not None:

@@ -472,7 +472,9 @@ def test_mask_broadcast(device, kind, bidirectional, mshape):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_mask_of_ones_is_no_mask(device, kind):
-    """Dropout p = 0: an all-ones mask gives bit-identical outputs and gradients to none."""
+    """Dropout p = 0: an all-ones mask gives bit-identical outputs and input-side gradients to
+    none; the recurrent weight gradient agrees to rounding (without a mask it is summed from y
+    shifted by one step in two GEMMs, with one from the gathered masked inputs in one)."""
     needs_fp64(device)
     desc = desc_of(kind, bidirectional=True, **default_flags(kind))
     inputs = S.layer_inputs(kind, S.PRIME, bidirectional=True, seed=16)
@@ -484,7 +486,10 @@ def test_mask_of_ones_is_no_mask(device, kind):
     ga = lib_gradients(kind, inputs, desc, device, *ups, saved=a)
     gb = lib_gradients(kind, ones, desc, device, *ups, saved=b)
     for x, y in zip(a + ga, b + gb):
-        np.testing.assert_array_equal(x, y)
+        if x is ga[1]:      # d_recurrent_weight
+            np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-13 * np.abs(y).max())
+        else:
+            np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("kind", KINDS)

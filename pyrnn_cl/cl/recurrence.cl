@@ -105,6 +105,13 @@ PYRNN_FUNC long seq_off(int t, int n, int d, int N, int D, int W)
     return ((long)t * N + n) * (long)D * W + (long)d * W;
 }
 
+/* The carries (dL/dh[t-1] and dL/dc[t-1] not through R) of step t live in slot t % 2 of a
+ * [2][N][D][H] ring: step t writes its slot, the next step processed (t -+ 1) reads it. */
+PYRNN_FUNC long carry_off(int t, int n, int d, int N, int D, int H)
+{
+    return seq_off(t & 1, n, d, N, D, H);
+}
+
 /* The per-unit inputs of the cell maths for units j .. j+VW of one row: h[t-1] (when the cell
  * reads it), the mask m[t] (ones without one) and c[t-1] (zero without a cell state). Shared by
  * the forward and backward step. */
@@ -572,12 +579,12 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             dh = acc[b];
 #endif
 #if CELL_USES_HPREV
-            dh += LOADV(carry_h + seq_off(tn, n, d, N, D, H) + j);
+            dh += LOADV(carry_h + carry_off(tn, n, d, N, D, H) + j);
 #endif
         }
 #endif
 #if CELL_HAS_C
-        if (tn >= 0) dc = LOADV(carry_c + seq_off(tn, n, d, N, D, H) + j);
+        if (tn >= 0) dc = LOADV(carry_c + carry_off(tn, n, d, N, D, H) + j);
 #endif
         if (row[b].last) {
 #if HAS_DHN && !HAS_PROJ
@@ -597,15 +604,15 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             continue;
         }
         const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
+        const long c_off = carry_off(t, n, d, N, D, H);
         if (!row[b].valid) {
+            /* past the row's length: zero gate gradients (the weight-gradient GEMMs sum every
+             * row); no carry: nothing reads one of an invalid time, and the ring slot may hold
+             * the carry of the row's first step, still to be read by the pseudo-step */
             for (int k = 0; k < CELL_G; ++k) {
                 STOREV(VZERO, dgx + g_off + gate_blk(k) * H + j);
                 STOREV(VZERO, dgh + g_off + gate_blk(k) * H + j);
             }
-            STOREV(VZERO, carry_h + h_off + j);
-#if CELL_HAS_C
-            STOREV(VZERO, carry_c + h_off + j);
-#endif
             continue;
         }
 #if HAS_PROJ
@@ -645,9 +652,9 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             STOREV(dx[k], dgx + g_off + gate_blk(k) * H + j);
             STOREV(dhh[k], dgh + g_off + gate_blk(k) * H + j);
         }
-        STOREV(ch, carry_h + h_off + j);
+        STOREV(ch, carry_h + c_off + j);
 #if CELL_HAS_C
-        STOREV(cc, carry_c + h_off + j);
+        STOREV(cc, carry_c + c_off + j);
 #endif
     }
 }
@@ -708,13 +715,13 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 #else
         const realV mv = VONE;
 #endif
-        const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
+        const long g_off = seq_off(t, n, d, N, D, GH), c_off = carry_off(t, n, d, N, D, H);
         const int blk_r = gate_blk(1) * H + j;
-        realV da_r, ch = LOADV(carry_h + h_off + j);
+        realV da_r, ch = LOADV(carry_h + c_off + j);
         cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
         STOREV(da_r, dgx + g_off + blk_r);
         STOREV(da_r, dgh + g_off + blk_r);
-        STOREV(ch, carry_h + h_off + j);
+        STOREV(ch, carry_h + c_off + j);
     }
 }
 #endif
