@@ -14,7 +14,10 @@ GRU and vanilla-ReLU layers, one 2-layer bidirectional LSTM, one GNMT layer). Fo
   ``torch.set_num_threads(threads)``: forward under ``torch.no_grad()``, forward+backward as
   forward + ``torch.autograd.grad`` of every parameter and the input.
 * Warm-up calls first (program builds and PoCL's per-local-size specialisation are excluded),
-  then ``repeat`` (default 5) timed repetitions: median and minimum are reported.
+  then ``repeat`` (default 5) timed repetitions: median and minimum are reported. The two sides
+  take turns (:func:`_timed_blocks`): one untimed call, then ``block`` (default 3) timed calls
+  back to back, as a training loop calls an op; alternating turns keep a drifting background
+  load on both sides.
 
 FLOP convention (stated in the output too): per layer and direction,
 
@@ -112,8 +115,9 @@ FLOP_CONVENTION = ("per layer and direction: forward = 2*G*H*N*T*(I_l+H) (input 
                    "fwd+bwd = 3x forward, recurrent-only = 2*G*H^2*N*T; G = 4 LSTM, 3 GRU, "
                    "1 vanilla")
 TIMING_NOTE = ("inputs are pyopencl.array.Array on the device (host transfers not timed); one "
-               "repetition = op call(s) + queue.finish(); warm-up excluded; ratio = torch time / "
-               "our time from the medians (>1: pyrnn_cl faster)")
+               "repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
+               "turns (one untimed call, then a block of timed calls back to back); ratio = "
+               "torch time / our time from the medians (>1: pyrnn_cl faster)")
 
 
 # {{{ threads and machine description
@@ -447,18 +451,28 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
 # {{{ running
 
 
-def _timed_interleaved(fns: dict, repeat: int, warmup: int) -> dict:
-    """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then the
-    repetitions taken round-robin (one of each per round)."""
+def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
+    """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then turns
+    that alternate between the callables until each has ``repeat`` timings. A turn is one
+    untimed call (it wakes the thread pools and caches after the other side's turn) followed
+    by ``block`` timed calls back to back, as in a training loop; alternating turns spread a
+    drifting background load over both sides. ``block = 0``: single timed calls round-robin,
+    no untimed call (each call then starts right after the other side's)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times = {name: [] for name in fns}
-    for _ in range(repeat):
+    while any(len(v) < repeat for v in times.values()):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+            todo = min(max(block, 1), repeat - len(times[name]))
+            if todo <= 0:
+                continue
+            if block:
+                fn()
+            for _ in range(todo):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
     return times
 
 
@@ -553,7 +567,7 @@ def _machine(device, threads: int, torch_version) -> dict:
 
 def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
               threads: int | None = None, compare_torch: bool = True, check: bool = True,
-              progress: bool = False, use_cudnn: bool | None = None) -> dict:
+              progress: bool = False, use_cudnn: bool | None = None, block: int = 3) -> dict:
     """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
     all) on ``device`` and return the results as a JSON-ready dict.
 
@@ -562,13 +576,16 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     platform is first opened (``POCL_MAX_PTHREAD_COUNT``, which :func:`main` sets from
     ``--threads``). ``compare_torch``: also time PyTorch when it is installed. ``check``:
     compare our forward output with PyTorch's once (not timed). ``use_cudnn``: None picks the
-    cuDNN dialect for multi-layer configurations when ``pyrnn_cl`` has it.
+    cuDNN dialect for multi-layer configurations when ``pyrnn_cl`` has it. ``block``: timed
+    calls per turn (:func:`_timed_blocks`; 0: single calls round-robin).
     """
     import pyrnn_cl as rc
     from .devices import resolve_device
 
     if repeat < 1:
         raise ValueError(f"repeat: got {repeat}, expected a value >= 1")
+    if block < 0:
+        raise ValueError(f"block: got {block}, expected a value >= 0")
     cfgs = _resolve_configs(CONFIGS if configs is None else configs)
     dev = resolve_device(device)
     if threads is None:
@@ -594,6 +611,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         "timing": TIMING_NOTE,
         "repeat": repeat,
         "warmup": warmup,
+        "block": block,
         "configs": [],
     }
     bar = _Progress(len(cfgs), progress)
@@ -601,7 +619,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         for cfg in cfgs:
             bar.start(cfg.name)
             result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
-                                                check, sgemm["median"], have_cudnn, use_cudnn))
+                                                check, sgemm["median"], have_cudnn, use_cudnn,
+                                                block))
             bar.step()
     finally:
         bar.close()
@@ -610,7 +629,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
 
 
 def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
-               use_cudnn) -> dict:
+               use_cudnn, block=3) -> dict:
     rng = np.random.default_rng(1)
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -640,11 +659,11 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         tm = _Torch(cfg, weights, x, dy, threads) if torch_mod is not None else None
         if y_ours is not None:
             entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
-        # Interleaved repetitions: the machine may be shared, so both sides see the same load.
+        # Alternating turns: the machine may be shared, so both sides see the same load.
         fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
-        times = _timed_interleaved(fns, repeat, warmup)
+        times = _timed_blocks(fns, repeat, warmup, block)
         fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])
         entry["ours"] = {"fwd": fwd, "fwd_bwd": fb, **_rates(cfg, fwd, fb, sgemm)}
         if tm is not None:
@@ -793,6 +812,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="PATH", help="write a bar chart of the ratios (matplotlib)")
     p.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed repetitions per measurement (default 5; median and min reported)")
+    p.add_argument("--block", type=int, default=3, metavar="B",
+                   help="timed calls per turn: each side runs one untimed call, then B timed "
+                        "calls back to back, turns alternating (default 3); 0: single calls "
+                        "round-robin")
     p.add_argument("--threads", type=int, metavar="N",
                    help="threads for PoCL (POCL_MAX_PTHREAD_COUNT), NumPy's BLAS and torch "
                         "(default: the device's compute units)")
@@ -813,6 +836,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeat < 1:
         parser.error(f"--repeat: got {args.repeat}, expected >= 1")
+    if args.block < 0:
+        parser.error(f"--block: got {args.block}, expected >= 0")
     if args.threads is not None:
         if args.threads < 1:
             parser.error(f"--threads: got {args.threads}, expected >= 1")
@@ -832,7 +857,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: --repeat {args.repeat} is below the 5 repetitions the methodology asks "
               "for", file=sys.stderr)
     result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
-                       compare_torch=not args.no_torch, progress=not args.no_progress)
+                       compare_torch=not args.no_torch, progress=not args.no_progress,
+                       block=args.block)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:
