@@ -581,9 +581,14 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
         if dwp is not None:
             net.scatter(dparams, lay.off_proj(l, 0), l, dwp, lay.P * H)
         stride = lay.pseudo_size(l)
-        for key, off in (("dgx", lay.off_bw(l, 0)), ("dgh", lay.off_br(l, 0))):
-            sum_rows(net.dev, net.dt, rows, GH, grads[key], dparams, lda=D * GH, out_offset=off,
-                     batch=D, stride_a=GH, stride_out=stride)
+        sum_rows(net.dev, net.dt, rows, GH, grads["dgx"], dparams, lda=D * GH,
+                 out_offset=lay.off_bw(l, 0), batch=D, stride_a=GH, stride_out=stride)
+        if grads["dgh"] is grads["dgx"]:   # both biases get the same gradient: copy the sums
+            engine.copy3(net.dev, net.dt, dparams, lay.off_br(l, 0), (stride, 0, 1), dparams,
+                         lay.off_bw(l, 0), (stride, 0, 1), (D, 1, GH))
+        else:
+            sum_rows(net.dev, net.dt, rows, GH, grads["dgh"], dparams, lda=D * GH,
+                     out_offset=lay.off_br(l, 0), batch=D, stride_a=GH, stride_out=stride)
         dgx = grads["dgx"]
         dx = call.empty((T, N, lay.in_size(l)))
         if lay.has_w(l):

@@ -41,7 +41,7 @@ import threading
 import numpy as np
 import pyopencl as cl
 
-from ._arrays import free_pools
+from ._arrays import free_pools, temporary
 from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program
@@ -61,8 +61,10 @@ _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_D
                 "GEMM_PACK_KC")
 _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
-_REDUCE_DEFAULT = {"REDUCE_VW": 16}
+_REDUCE_DEFAULT = {"REDUCE_VW": 16, "REDUCE_NV": 4}
 _REDUCE_WG = 8
+_REDUCE_CHUNK_ROWS = 64  # sum_rows: rows per first-pass chunk at least (two passes from 128 rows)
+_REDUCE_CHUNKS = 16      # sum_rows: at most this many first-pass chunks
 
 # Kernel signatures for set_scalar_arg_dtypes ("i" int, "l" long, "r" real, "B" buffer): with
 # them pyopencl packs plain Python numbers quickly (set_args with NumPy scalars and no declared
@@ -73,6 +75,7 @@ _SIGNATURES = {
     "pyrnn_gemm_pack_p": "iiiBllllBll",
     "pyrnn_gemm_pack_q": "iiiBllllBll",
     "pyrnn_sum_rows": "iirBlllBll",
+    "pyrnn_sum_rows_part": "iiiBlllBl",
 }
 _ARG_DTYPES = {"i": np.int32, "l": np.int64, "B": None}
 
@@ -412,14 +415,32 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
 
     tuning = dict(device.tuning("reduce") or {})
     defines = dict(_REDUCE_DEFAULT)
-    defines.update({key: int(v) for key, v in tuning.items() if key in ("REDUCE_VW", "REDUCE_ACC")})
+    defines.update({key: int(v) for key, v in tuning.items()
+                    if key in ("REDUCE_VW", "REDUCE_ACC", "REDUCE_NV")})
     if defines["REDUCE_VW"] not in _VECTOR_WIDTHS:
         defines["REDUCE_VW"] = 1
     if code == 2 and "REDUCE_VW" not in tuning:
         defines["REDUCE_VW"] = 8
+    defines["REDUCE_NV"] = max(1, defines["REDUCE_NV"])
     defines["PYRNN_DTYPE"] = code
     wg = int(tuning.get("REDUCE_WG", _REDUCE_WG))
     prog = get_program(device, "reduce.cl", defines)
+    if rows >= 2 * _REDUCE_CHUNK_ROWS:
+        # first pass: partial sums of row chunks (at most _REDUCE_CHUNKS of them), then the
+        # column sums of the partials into out
+        rb = max(_REDUCE_CHUNK_ROWS, -(-rows // _REDUCE_CHUNKS))
+        chunks = -(-rows // rb)
+        part = temporary(device, (batch * chunks * cols,), dtype)
+        name = "pyrnn_sum_rows_part"
+        kernel = _kernel(prog, name, code)
+        kernel.set_args(int(rows), int(cols), int(rb), a_buf, int(a_off), int(lda), int(stride_a),
+                        part.base_data, int(chunks * cols))
+        wgp = max(1, min(wg, prog.work_group_size(name)))
+        strips = -(-cols // (defines["REDUCE_VW"] * defines["REDUCE_NV"]))
+        event = enqueue(device.queue, kernel, (_round_up(strips, wgp), chunks, batch),
+                        (wgp, 1, 1), wait_for=wait_for)
+        rows, a_buf, a_off, lda, stride_a = chunks, part.base_data, 0, cols, chunks * cols
+        wait_for = [event]
     name = "pyrnn_sum_rows"
     kernel = _kernel(prog, name, code)
     kernel.set_args(

@@ -387,18 +387,21 @@ def test_sum_rows_offsets_batch_empty(dev, dtype):
     _need(dev, dtype)
     rng = np.random.default_rng(7)
     q = dev.queue
-    rows, cols, lda, batch = 45, 37, 41, 3
-    a_off, o_off, sa, so = 3, 2, 45 * 41 + 6, 40
-    big_a = rng.standard_normal(a_off + batch * sa).astype(dtype)
-    big_o = rng.standard_normal(o_off + batch * so).astype(dtype)
-    o = _dev_array(q, big_o)
-    sum_rows(dev, dtype, rows, cols, _dev_array(q, big_a), o, a_offset=a_off, lda=lda,
-             out_offset=o_off, beta=1.0, batch=batch, stride_a=sa, stride_out=so)
-    expect = big_o.astype(np.float64).copy()
-    for i in range(batch):
-        A = big_a[a_off + i * sa:][: rows * lda].reshape(rows, lda)[:, :cols]
-        expect[o_off + i * so:][:cols] += A.astype(np.float64).sum(0)
-    assert _rel(o.get(), expect) <= TOL[dtype]
+    # 45 rows: one pass; 301 rows: partial sums of row chunks first (the last chunk short),
+    # 67 columns: one full strip of 64 and a scalar edge
+    for rows, cols in ((45, 37), (301, 67)):
+        lda, batch = cols + 4, 3
+        a_off, o_off, sa, so = 3, 2, rows * lda + 6, cols + 3
+        big_a = rng.standard_normal(a_off + batch * sa).astype(dtype)
+        big_o = rng.standard_normal(o_off + batch * so).astype(dtype)
+        o = _dev_array(q, big_o)
+        sum_rows(dev, dtype, rows, cols, _dev_array(q, big_a), o, a_offset=a_off, lda=lda,
+                 out_offset=o_off, beta=1.0, batch=batch, stride_a=sa, stride_out=so)
+        expect = big_o.astype(np.float64).copy()
+        for i in range(batch):
+            A = big_a[a_off + i * sa:][: rows * lda].reshape(rows, lda)[:, :cols]
+            expect[o_off + i * so:][:cols] += A.astype(np.float64).sum(0)
+        assert _rel(o.get(), expect) <= TOL[dtype], rows
     # rows == 0: out = beta * out; cols == 0: nothing
     o = _dev_array(q, np.arange(5, dtype=dtype))
     sum_rows(dev, dtype, 0, 5, None, o, beta=3.0)
@@ -416,7 +419,7 @@ def test_sources_compile_with_defaults(dev):
         except UnsupportedError:
             continue
         for name, kernels in (("gemm.cl", ("pyrnn_gemm_outer", "pyrnn_gemm_dot")),
-                              ("reduce.cl", ("pyrnn_sum_rows",))):
+                              ("reduce.cl", ("pyrnn_sum_rows", "pyrnn_sum_rows_part"))):
             prog = programs.get_program(dev, name, {"PYRNN_DTYPE": code})
             for kernel in kernels:
                 prog.kernel(kernel)

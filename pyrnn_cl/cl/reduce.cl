@@ -4,16 +4,19 @@
 //   out[j] = beta * out[j] + sum_i A[i, j]          A: [rows x cols], row i at a + i*lda
 //                                                   (beta == 0: out is not read)
 //
-//            cols ->  (REDUCE_VW columns per work-item, vector loads along the row)
-//         +----------------------------+
-//   rows  | WI 0 | WI 1 | ...   | edge |   each work-item walks all rows of its column strip with
-//         |  ||  |  ||  |       |  ||  |   REDUCE_ACC independent accumulators (rows i, i+1, ...)
-//         +----------------------------+
-//   out   [  sum  |  sum  | ... | sum  ]
+// Two kernels; the host runs the first when rows are many, then the second over its partials:
 //
-// Global dimension 0: column strips (rounded up to the work-group size), dimension 1: batch index
-// (A_b = a + a_off + b*a_batch, out_b = out + out_off + b*out_batch; strides in elements).
-// The last strip, when cols is not a multiple of REDUCE_VW, runs a scalar loop.  No barriers.
+//   pyrnn_sum_rows_part: part[c][j] = sum of rows c*rb .. c*rb+rb-1 of A: one work-item per
+//     (strip of REDUCE_NV vectors of REDUCE_VW columns, chunk c of rb rows), so every work-item
+//     reads a few contiguous cache lines per row over a short run of rows (PoCL runs the
+//     work-items of a group one after another: a work-item walking all rows of a narrow strip
+//     strides through memory; this is 2.5-3x faster for 1600 x 2048 on two cores)
+//   pyrnn_sum_rows: out[j] = beta * out[j] + sum_i A[i, j], one work-item per REDUCE_VW columns
+//     walking all rows with REDUCE_ACC independent accumulators
+//
+// Global dimension 0: column strips (rounded up to the work-group size), then the chunk index
+// (part kernel), last the batch index (A_b = a + a_off + b*a_batch, likewise out / part; strides
+// in elements). Strips crossing cols run a scalar loop. No barriers.
 // =================================================================================================
 
 #include "common.h"
@@ -24,6 +27,9 @@
 #else
 #define REDUCE_VW 16
 #endif
+#endif
+#ifndef REDUCE_NV
+#define REDUCE_NV 4        // vectors per work-item in pyrnn_sum_rows_part
 #endif
 #ifndef REDUCE_ACC
 #define REDUCE_ACC 4       // independent partial sums per work-item (rows interleaved)
@@ -75,6 +81,36 @@ __kernel void pyrnn_sum_rows(const int rows, const int cols, const REDUCE_T beta
       REDUCE_T s = (REDUCE_T)0;
       for (int i = 0; i < rows; ++i) s += a[(long)i * lda + e];
       out[e] = (beta == (REDUCE_T)0) ? s : mad(beta, out[e], s);
+    }
+  }
+}
+
+__kernel void pyrnn_sum_rows_part(const int rows, const int cols, const int rb,
+                                  const __global REDUCE_T* restrict a, const long a_off,
+                                  const long lda, const long a_batch,
+                                  __global REDUCE_T* part, const long part_batch) {
+  const int j0 = get_global_id(0) * (REDUCE_VW * REDUCE_NV), c = get_global_id(1);
+  if (j0 >= cols) return;
+  const long bi = get_global_id(2);
+  const int i0 = c * rb, i1 = min(rows, i0 + rb);
+  a += a_off + bi * a_batch + j0;
+  part += bi * part_batch + (long)c * cols + j0;
+
+  if (j0 + REDUCE_VW * REDUCE_NV <= cols) {
+    REDUCE_V acc[REDUCE_NV];
+    #pragma unroll
+    for (int v = 0; v < REDUCE_NV; ++v) acc[v] = (REDUCE_V)0;
+    for (int i = i0; i < i1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < REDUCE_NV; ++v) acc[v] += REDUCE_VLOAD(a + (long)i * lda + v * REDUCE_VW);
+    }
+    #pragma unroll
+    for (int v = 0; v < REDUCE_NV; ++v) REDUCE_VSTORE(acc[v], part + v * REDUCE_VW);
+  } else {
+    for (int e = 0; e < cols - j0; ++e) {
+      REDUCE_T s = (REDUCE_T)0;
+      for (int i = i0; i < i1; ++i) s += a[(long)i * lda + e];
+      part[e] = s;
     }
   }
 }
