@@ -15,7 +15,7 @@ GRU and vanilla-ReLU layers, one 2-layer bidirectional LSTM, one GNMT layer). Fo
   forward + ``torch.autograd.grad`` of every parameter and the input.
 * Warm-up calls first (program builds and PoCL's per-local-size specialisation are excluded),
   then ``repeat`` (default 5) timed repetitions: median and minimum are reported. The two sides
-  take turns (:func:`_timed_blocks`): one untimed call, then ``block`` (default 3) timed calls
+  take turns (:func:`_timed_blocks`): two untimed calls, then ``block`` (default 3) timed calls
   back to back, as a training loop calls an op; alternating turns keep a drifting background
   load on both sides.
 
@@ -116,7 +116,7 @@ FLOP_CONVENTION = ("per layer and direction: forward = 2*G*H*N*T*(I_l+H) (input 
                    "1 vanilla")
 TIMING_NOTE = ("inputs are pyopencl.array.Array on the device (host transfers not timed); one "
                "repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
-               "turns (one untimed call, then a block of timed calls back to back); ratio = "
+               "turns (two untimed calls, then a block of timed calls back to back); ratio = "
                "torch time / our time from the medians (>1: pyrnn_cl faster)")
 
 
@@ -451,13 +451,21 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
 # {{{ running
 
 
+#: Untimed calls that open each turn of :func:`_timed_blocks`.
+TURN_WARMUP = 2
+
+
 def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
     """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then turns
-    that alternate between the callables until each has ``repeat`` timings. A turn is one
-    untimed call (it wakes the thread pools and caches after the other side's turn) followed
-    by ``block`` timed calls back to back, as in a training loop; alternating turns spread a
-    drifting background load over both sides. ``block = 0``: single timed calls round-robin,
-    no untimed call (each call then starts right after the other side's)."""
+    that alternate between the callables until each has ``repeat`` timings. A turn is
+    :data:`TURN_WARMUP` untimed calls followed by ``block`` timed calls back to back, as in a
+    training loop; alternating turns spread a drifting background load over both sides.
+
+    The untimed calls matter on a small CPU: right after the other side's turn, the first one
+    or two calls of either side were measured up to 2x slower (the other side's threads still
+    spinning - libgomp's OpenMP workers spin for milliseconds after a parallel region - and
+    this side's thread pool asleep), which says nothing about either implementation.
+    ``block = 0``: single timed calls round-robin, no untimed calls."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -467,7 +475,7 @@ def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
             todo = min(max(block, 1), repeat - len(times[name]))
             if todo <= 0:
                 continue
-            if block:
+            for _ in range(TURN_WARMUP if block else 0):
                 fn()
             for _ in range(todo):
                 t0 = time.perf_counter()
@@ -813,7 +821,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed repetitions per measurement (default 5; median and min reported)")
     p.add_argument("--block", type=int, default=3, metavar="B",
-                   help="timed calls per turn: each side runs one untimed call, then B timed "
+                   help="timed calls per turn: each side runs two untimed calls, then B timed "
                         "calls back to back, turns alternating (default 3); 0: single calls "
                         "round-robin")
     p.add_argument("--threads", type=int, metavar="N",

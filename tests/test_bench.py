@@ -53,17 +53,17 @@ def test_memory_estimate_counts_buffers():
 
 @pytest.mark.parametrize("block,repeat", [(3, 7), (1, 4), (0, 5), (4, 2)])
 def test_timed_blocks_alternates_turns(block, repeat):
-    """Each side: ``warmup`` calls, then turns of one untimed call (none with block 0) and up to
-    ``block`` timed calls, alternating, until ``repeat`` timings each."""
+    """Each side: ``warmup`` calls, then turns of TURN_WARMUP untimed calls (none with block 0)
+    and up to ``block`` timed calls, alternating, until ``repeat`` timings each."""
     log = []
     fns = {name: (lambda name=name: log.append(name)) for name in ("a", "b")}
     times = bench._timed_blocks(fns, repeat, warmup=2, block=block)
     assert {k: len(v) for k, v in times.items()} == {"a": repeat, "b": repeat}
     turns = -(-repeat // max(block, 1))
-    per_side = 2 + repeat + (turns if block else 0)
+    per_side = 2 + repeat + (turns * bench.TURN_WARMUP if block else 0)
     assert log.count("a") == log.count("b") == per_side
     body = log[4:]                       # after the warm-up calls
-    size = min(block, repeat) + 1 if block else 1
+    size = min(block, repeat) + bench.TURN_WARMUP if block else 1
     assert body[:size] == ["a"] * size and body[size] == "b"   # a whole turn of one side first
     switches = sum(1 for x, y in zip(body, body[1:]) if x != y)
     assert switches == 2 * turns - 1
