@@ -108,6 +108,28 @@ CONFIGS: tuple[BenchConfig, ...] = (
     BenchConfig("gru-512x64", "gru", 512, 512, 64, 25, why="GRU, compute-bound"),
 )
 
+#: The GPU tier of performance.md §6.3 (``--tier gpu``): the DeepBench training subset, inference
+#: shapes and the MLPerf GNMT layer, for a GPU against cuDNN through ``--torch-device cuda``.
+#: Input width = H (DeepBench uses skip-input; here the input GEMM is included and timed).
+GPU_CONFIGS: tuple[BenchConfig, ...] = (
+    BenchConfig("gpu-lstm-512x16", "lstm", 512, 512, 16, 25, why="DeepBench, latency-bound"),
+    BenchConfig("gpu-lstm-512x128", "lstm", 512, 512, 128, 25, why="DeepBench"),
+    BenchConfig("gpu-lstm-1024x32", "lstm", 1024, 1024, 32, 25, why="DeepBench"),
+    BenchConfig("gpu-lstm-2048x64", "lstm", 2048, 2048, 64, 25, why="DeepBench"),
+    BenchConfig("gpu-lstm-4096x128", "lstm", 4096, 4096, 128, 25, why="DeepBench, compute-bound"),
+    BenchConfig("gpu-lstm-1536x8", "lstm", 1536, 1536, 8, 50, why="DeepBench"),
+    BenchConfig("gpu-lstm-256x64", "lstm", 256, 256, 64, 150, why="DeepBench, long T"),
+    BenchConfig("gpu-gru-2816x32", "gru", 2816, 2816, 32, 1500, why="DeepBench, T = 1500"),
+    BenchConfig("gpu-gru-1024x64", "gru", 1024, 1024, 64, 1500, why="DeepBench, T = 1500"),
+    BenchConfig("gpu-gru-512x32", "gru", 512, 512, 32, 1, why="DeepBench, one step"),
+    BenchConfig("gpu-rnn-1760x16", "rnn_relu", 1760, 1760, 16, 50, why="DeepBench vanilla"),
+    BenchConfig("gpu-rnn-2560x128", "rnn_relu", 2560, 2560, 128, 50, why="DeepBench vanilla"),
+    BenchConfig("gpu-inf-1024x1", "lstm", 1024, 1024, 1, 25, why="inference, batch 1"),
+    BenchConfig("gpu-inf-1536x4", "lstm", 1536, 1536, 4, 50, why="inference, batch 4"),
+    BenchConfig("gpu-inf-gru-2816x1", "gru", 2816, 2816, 1, 187, why="inference GRU"),
+    BenchConfig("gpu-gnmt-1024x128", "lstm", 1024, 1024, 128, 50, why="MLPerf GNMT layer"),
+)
+
 #: ``--quick``: small configurations that finish in well under a minute.
 QUICK = ("tiny-latency", "db-mt-512x16", "gru-512x16")
 
@@ -369,9 +391,10 @@ class _Ours:
 
 
 class _Torch:
-    """The same network in ``torch.nn`` on the CPU, with our weights."""
+    """The same network in ``torch.nn`` with our weights, on the CPU or on ``device`` (a CUDA
+    device: cuDNN; every timed call then ends with ``torch.cuda.synchronize()``)."""
 
-    def __init__(self, cfg: BenchConfig, weights, x, dy, threads: int):
+    def __init__(self, cfg: BenchConfig, weights, x, dy, threads: int, device: str = "cpu"):
         import torch
 
         self.torch = torch
@@ -392,23 +415,33 @@ class _Torch:
                                            weights[i]):
                         getattr(mod, name + sfx).copy_(torch.from_numpy(value))
                     i += 1
-        self.mod = mod
-        self.x = torch.from_numpy(x)
-        self.dy = torch.from_numpy(dy)
-        self.params = list(mod.parameters())
+        self.cuda = str(device).startswith("cuda")
+        if self.cuda and not torch.cuda.is_available():
+            raise RuntimeError(f"torch device {device!r}: this torch has no CUDA device "
+                               f"(torch {torch.__version__})")
+        self.mod = mod.to(device)
+        self.x = torch.from_numpy(x).to(device)
+        self.dy = torch.from_numpy(dy).to(device)
+        self.params = list(self.mod.parameters())
+
+    def _sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
 
     def forward_output(self):
         with self.torch.no_grad():
-            return self.mod(self.x)[0].numpy()
+            return self.mod(self.x)[0].cpu().numpy()
 
     def run_forward(self):
         with self.torch.no_grad():
             self.mod(self.x)
+        self._sync()
 
     def run_fwd_bwd(self):
         x = self.x.detach().requires_grad_(True)
         out = self.mod(x)[0]
         self.torch.autograd.grad(out, [x, *self.params], self.dy)
+        self._sync()
 
 # }}}
 
@@ -504,7 +537,7 @@ def _rates(cfg: BenchConfig, fwd: dict, fb: dict, sgemm: float) -> dict:
 
 
 def _resolve_configs(configs) -> list[BenchConfig]:
-    by_name = {c.name: c for c in CONFIGS}
+    by_name = {c.name: c for c in CONFIGS + GPU_CONFIGS}
     out = []
     for c in configs:
         if isinstance(c, BenchConfig):
@@ -575,7 +608,8 @@ def _machine(device, threads: int, torch_version) -> dict:
 
 def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
               threads: int | None = None, compare_torch: bool = True, check: bool = True,
-              progress: bool = False, use_cudnn: bool | None = None, block: int = 3) -> dict:
+              progress: bool = False, use_cudnn: bool | None = None, block: int = 3,
+              torch_device: str = "cpu") -> dict:
     """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
     all) on ``device`` and return the results as a JSON-ready dict.
 
@@ -585,7 +619,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     ``--threads``). ``compare_torch``: also time PyTorch when it is installed. ``check``:
     compare our forward output with PyTorch's once (not timed). ``use_cudnn``: None picks the
     cuDNN dialect for multi-layer configurations when ``pyrnn_cl`` has it. ``block``: timed
-    calls per turn (:func:`_timed_blocks`; 0: single calls round-robin).
+    calls per turn (:func:`_timed_blocks`; 0: single calls round-robin). ``torch_device``:
+    where PyTorch runs (``"cuda"``: cuDNN on an NVIDIA GPU, for the GPU tier).
     """
     import pyrnn_cl as rc
     from .devices import resolve_device
@@ -620,6 +655,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         "repeat": repeat,
         "warmup": warmup,
         "block": block,
+        "torch_device": torch_device,
         "configs": [],
     }
     bar = _Progress(len(cfgs), progress)
@@ -628,7 +664,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
             bar.start(cfg.name)
             result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
                                                 check, sgemm["median"], have_cudnn, use_cudnn,
-                                                block))
+                                                block, torch_device))
             bar.step()
     finally:
         bar.close()
@@ -637,7 +673,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
 
 
 def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
-               use_cudnn, block=3) -> dict:
+               use_cudnn, block=3, torch_device="cpu") -> dict:
     rng = np.random.default_rng(1)
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -664,7 +700,8 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
         entry["dialect"] = ours.dialect
         y_ours = ours.forward_output() if check and torch_mod is not None else None
-        tm = _Torch(cfg, weights, x, dy, threads) if torch_mod is not None else None
+        tm = (_Torch(cfg, weights, x, dy, threads, torch_device) if torch_mod is not None
+              else None)
         if y_ours is not None:
             entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
         # Alternating turns: the machine may be shared, so both sides see the same load.
@@ -730,7 +767,7 @@ def format_table(result: dict) -> str:
         f"{s['max']:.1f} best",
         f"FLOPs: {result['flop_convention']}.",
         f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
-        "warm-up calls.",
+        f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}.",
         "",
         "| config | cell | H | I | N | T | L x D | fwd ms med (min) | fwd us/step | fwd GFLOP/s "
         "(rec-only) | % sgemm fwd | torch fwd ms med | ratio fwd med (min) | fwd+bwd ms med "
@@ -812,6 +849,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", metavar="NAMES", action="append",
                    help="comma-separated configuration names (repeatable); default: all. "
                         "Known: " + ", ".join(c.name for c in CONFIGS))
+    p.add_argument("--tier", choices=("cpu", "gpu"), default="cpu",
+                   help="configuration set when --configs is not given: the CPU tier (default) "
+                        "or the GPU tier of performance.md §6.3 (" + str(len(GPU_CONFIGS))
+                        + " DeepBench-style shapes)")
+    p.add_argument("--torch-device", default="cpu", metavar="DEV",
+                   help="where PyTorch runs: cpu (default) or cuda (cuDNN, same GPU)")
     p.add_argument("--quick", action="store_true",
                    help="only a few small configurations (" + ", ".join(QUICK) + ")")
     p.add_argument("--list", action="store_true", help="list the configurations and exit")
@@ -838,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.list:
-        for c in CONFIGS:
+        for c in CONFIGS + GPU_CONFIGS:
             print(f"{c.name:16s} {c.cell:8s} H={c.H:<5d} I={c.I:<5d} N={c.N:<3d} T={c.T:<4d} "
                   f"{c.layers}x{c.directions}  {c.why}")
         return 0
@@ -858,7 +901,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:
         names = list(QUICK)
     try:
-        configs = _resolve_configs(names) if names else list(CONFIGS)
+        default = GPU_CONFIGS if args.tier == "gpu" else CONFIGS
+        configs = _resolve_configs(names) if names else list(default)
     except ValueError as exc:
         parser.error(str(exc))
     if args.repeat < 5:
@@ -866,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
               "for", file=sys.stderr)
     result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
                        compare_torch=not args.no_torch, progress=not args.no_progress,
-                       block=args.block)
+                       block=args.block, torch_device=args.torch_device)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

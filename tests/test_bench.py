@@ -43,6 +43,29 @@ def test_config_names_unique_and_quick_known():
         bench.run_bench(["no-such-config"], compare_torch=False)
 
 
+def test_gpu_tier_configs():
+    """The GPU tier (performance.md §6.3) resolves by name and is listed; names are unique."""
+    names = [c.name for c in bench.CONFIGS + bench.GPU_CONFIGS]
+    assert len(names) == len(set(names)) and len(bench.GPU_CONFIGS) >= 15
+    assert bench._resolve_configs(["gpu-lstm-4096x128"])[0].H == 4096
+    assert bench._parser().parse_args(["--tier", "gpu"]).tier == "gpu"
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_torch_device_without_cuda_is_reported(device):
+    """``torch_device="cuda"`` on a torch without CUDA: the configuration records a clear error
+    (no crash, no silent CPU timing)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    result = bench.run_bench(TINY[:1], device=device, repeat=1, warmup=0, threads=1,
+                             torch_device="cuda")
+    entry = result["configs"][0]
+    assert "CUDA" in entry["error"] and result["summary"]["errors"] == 1
+    assert result["torch_device"] == "cuda"
+
+
 def test_memory_estimate_counts_buffers():
     c = BenchConfig("x", "lstm", H=16, I=8, N=2, T=3)
     m = bench.memory_estimate(c)
