@@ -217,9 +217,10 @@ class _Layer:
         return gx
 
     def forward(self):
-        gx = self.input_gates()
-        return self.rec.forward(gx, self.R, h0=self.h0, c0=self.c0, hb=self.hb, peep=self.peep,
-                                mask=self.mask)
+        common = dict(h0=self.h0, c0=self.c0, hb=self.hb, peep=self.peep, mask=self.mask)
+        if self.W is not None:      # the engine computes x W^T + b (in its kernel when small)
+            return self.rec.forward(None, self.R, x=self.x, w=self.W, xb=self.b, **common)
+        return self.rec.forward(self.input_gates(), self.R, **common)
 
     def backward(self, fwd, source_gradient, state_gradient, cell_gradient):
         q, T, N, D, H = self.call, self.T, self.N, self.D, self.H

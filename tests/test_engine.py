@@ -401,3 +401,33 @@ def test_temporaries_come_from_a_pool_on_in_order_queues(device):
     other = Device(device.cl_device, context=device.context, queue=ooo, info=device.info)
     c = temporary(other, (10,), np.float32)
     assert isinstance(c.base_data, cl.Buffer) and type(c.base_data).__name__ != "PooledBuffer"
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_input_product_in_the_sequence_kernel(device, monkeypatch, cell, dtype):
+    """A small layer whose input width is a multiple of its vector width computes x W^T + b in
+    the whole-sequence kernel (``HAS_XW``: no input GEMM); bidirectional, with the mask and
+    peepholes of ``layer_inputs``, float32 and float64, against the reference. Layers that
+    cannot (two-phase GRU, or a device without whole-sequence kernels) still run the GEMM."""
+    if dtype == F64:
+        needs_fp64(device)
+    kind, flags = CELLS[cell]
+    calls = []
+    real_projection = engine.input_projection
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real_projection(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "input_projection", counting)
+    desc = desc_of(kind, bidirectional=True, **flags)
+    H = 16
+    inputs = S.layer_inputs(kind, S.Shape("xw", T=6, N=5, I=32, H=H), bidirectional=True,
+                            seed=70, dtype=dtype)
+    check_against_reference(device, kind, desc, inputs, dtype)
+    G = S.GATES[kind]
+    seq_bytes = int(device.tuning("recurrence").get("REC_SEQ_BYTES", 0))
+    in_kernel = cell != "gru-before" and 0 < G * H * H * np.dtype(dtype).itemsize <= seq_bytes
+    # the training forward and the gradient op's own forward-free path: no GEMM when in-kernel
+    assert (len(calls) == 0) == in_kernel, (cell, len(calls))

@@ -12,6 +12,7 @@ N = 1, 5 and 513 (one row past a multiple of every row block), GEMM sizes 1, 3, 
 reduction's vector width.
 
 Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyrnn_proj``,
+``pyrnn_fwd_seq`` with the input product, ``pyrnn_bwd_seq``,
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
 cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` and
@@ -137,6 +138,27 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
              init_state=_r(rng, N, 2 * H), secondary_bias=_r(rng, 2 * H))
     _mps("gru", device, g, rc.GRUDescriptor(bidirectional=True, reset_after=True, flip_z=True,
                                             training=True))
+
+
+def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):
+    """``pyrnn_fwd_seq`` (with the input product x W^T + b in the kernel, ``HAS_XW``) and
+    ``pyrnn_bwd_seq``, forced on with ``REC_SEQ_BYTES``: a bidirectional LSTM with a mask, H = 8,
+    I = 16 (a multiple of the vector width), N = 5 (a row-block tail)."""
+    original = device.tuning
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out.update(REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20)
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    rng = np.random.default_rng(8)
+    T, N, I, H = 3, 5, 16, 8
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),
+             input_weight=_r(rng, 8 * H, I), bias=_r(rng, 8 * H), init_state=_r(rng, N, 2 * H),
+             init_cell=_r(rng, N, 2 * H), mask=rng.uniform(0.5, 1.5, (T, N, 2 * H)).astype(F32))
+    _mps("lstm", device, a, rc.LSTMDescriptor(bidirectional=True, training=True))
 
 
 def test_tf_block_ops(device):

@@ -56,6 +56,11 @@
 #ifndef HAS_PROJ
 #define HAS_PROJ 0          /* LSTM projection r = W_proj h (K = P) */
 #endif
+#ifndef HAS_XW
+#define HAS_XW 0            /* forward: the input product x[t] W^T (+ b_x) computed in the step
+                             * kernel from the source and packed W (small layers) instead of a
+                             * precomputed gx; gx then only receives the saved gates */
+#endif
 #ifndef HAS_DY
 #define HAS_DY 1            /* upstream gradient of y */
 #endif
@@ -143,13 +148,14 @@ PYRNN_FUNC int prev_time(int t, int rev, int len, int T)
 }
 
 /* acc[b][k] += sum_{m < K} (h_b[m] . mask_b[m]) * W[m][k0 + k] for k < ng: the forward product
- * through packed weights; slab = rpk at (direction, vector of units).
+ * through packed weights; slab = rpk at (direction, vector of units). `masked` = 0: rows are
+ * used as they are (the input product x[t] W^T of HAS_XW).
  * The register tile (REC_NB x ng vectors) is a local array indexed only inside unrolled loops
  * with constant bounds (ng is a constant after inlining), so it lives in registers; the caller's
  * `acc` may then be indexed freely. */
 PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *const rows[REC_NB],
                                __global const real *const mrows[REC_NB],
-                               __global const real *slab, int K, int k0, int ng)
+                               __global const real *slab, int K, int k0, int ng, int masked)
 {
     realV a[REC_NB][CELL_G];
     __global const real *r[REC_NB];
@@ -170,7 +176,7 @@ PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *c
         PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) {
 #if HAS_MASK
-            const realV x = (realV)(r[b][m] * mr[b][m]);
+            const realV x = (realV)(masked ? r[b][m] * mr[b][m] : r[b][m]);
 #else
             const realV x = (realV)(r[b][m]);
 #endif
@@ -228,8 +234,10 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
     __global const real *peep, __global real *y, __global real *cs, __global real *hs, \
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
-    __global const real *mask, __global const int *lens, const real clip
-#define FWD_ARGS gx, rpk, hb, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, clip
+    __global const real *mask, __global const int *lens, const real clip, \
+    __global const real *xs, __global const real *wpk, __global const real *xb, const int I
+#define FWD_ARGS gx, rpk, hb, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, \
+    clip, xs, wpk, xb, I
 
 /* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
@@ -259,7 +267,19 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     for (int b = 0; b < REC_NB; ++b)
         for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
     __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
-    packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA);
+    packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
+#if HAS_XW
+    /* the input side x[t] W^T of every gate, from the source rows [T][N][I] and W packed like R
+     * (its own accumulators: a GRU keeps the input and hidden sides apart) */
+    realV accx[REC_NB][CELL_G];
+    __global const real *xrow[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        xrow[b] = xs + ((long)t * N + min(nrow[b], N - 1)) * I;
+        for (int k = 0; k < CELL_G; ++k) accx[b][k] = VZERO;
+    }
+    packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
+                   0, CELL_G, 0);
+#endif
 
     for (int b = 0; b < REC_NB; ++b) {
         const int n = nrow[b];
@@ -280,7 +300,11 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         realV gxv[CELL_G], ghv[CELL_G], pv[CELL_G], sav[CELL_G], h, c;
         for (int k = 0; k < CELL_G; ++k) {
             const int blk = gate_blk(k) * H + j;
+#if HAS_XW
+            gxv[k] = accx[b][k] + LOADV(xb + d * GH + blk);
+#else
             gxv[k] = LOADV(gx + g_off + blk);
+#endif
             ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
 #if HAS_HB
             if (k < CELL_GA) ghv[k] += LOADV(hb + d * GH + blk);
@@ -562,7 +586,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     for (int b = 0; b < REC_NB; ++b) hn[b][0] = VZERO;
     if (s >= 0)
         packed_product(hn, hrow, mrows,
-                       rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW, K, 2, 1);
+                       rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW, K, 2, 1, 1);
 #endif
 
     for (int b = 0; b < REC_NB; ++b) {
