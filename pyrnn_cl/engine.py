@@ -2,10 +2,12 @@
 
 A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
 
-1. **Input projection for all T steps at once** (:func:`input_projection`, one GEMM):
-   ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]`` (gate blocks in the caller's
-   order). Dialects without input weights fill ``gx`` themselves (MPSGraph ``input_weight=None``,
-   cuDNN ``skip_input``).
+1. **Input projection for all T steps at once** (:func:`input_projection`, one GEMM with the
+   bias added in its store): ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]``
+   (gate blocks in the caller's order). Dialects without input weights fill ``gx`` themselves
+   (MPSGraph ``input_weight=None``, cuDNN ``skip_input``). A small layer given ``x`` and ``W``
+   instead (:meth:`Recurrence.forward`) computes ``x[t] W^T + b_x`` inside its whole-sequence
+   kernel from ``W`` packed like ``R`` (``HAS_XW``): no GEMM launch, no gx round trip.
 2. **One fused kernel per step** (``pyrnn_fwd`` in ``cl/recurrence.cl``): the recurrent product
    ``(h[t-1] . m) R^T + b_h`` from packed weights, the cell's pointwise maths (``cl/cells/*.cl``)
    and the values backward needs, written over ``gx`` in place (the *saved gates*). Both
@@ -20,7 +22,9 @@ The whole sequence is enqueued on one in-order queue with kernel arguments set o
 step index changes between launches, and the host never waits inside the loop.
 
 Buffers are :class:`pyopencl.array.Array` objects, contiguous, with zero offset; layouts are
-described in :mod:`pyrnn_cl.layout`.
+described in :mod:`pyrnn_cl.layout`. Values that live only inside one call (packed weights,
+carries, gathered step inputs) come from a per-device memory pool (``_arrays.temporary``);
+absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 """
 
 from __future__ import annotations
