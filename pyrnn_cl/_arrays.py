@@ -10,7 +10,6 @@ the same queue. Every floating array must share one dtype (float32 or float64); 
 from __future__ import annotations
 
 import numbers
-
 import weakref
 
 import numpy as np
