@@ -64,7 +64,6 @@ from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
 from .gemm import gemm, sum_rows
-from .programs import enqueue, set_args
 
 __all__ = [
     "gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads",
@@ -164,10 +163,7 @@ def _transpose_into(call, dst, d_off, d_ld, src, s_off, s_ld, rows, cols):
 
 def _tanh(call, a):
     out = call.empty(a.shape)
-    if a.size:
-        knl = engine.util_program(call.device, call.dtype).kernel("pyrnn_tanh")
-        set_args(knl, out.base_data, a.base_data)
-        enqueue(call.queue, knl, (a.size,))
+    engine.act_map(call.device, call.dtype, out, a, ACTIVATIONS["tanh"])
     return out
 
 

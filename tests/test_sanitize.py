@@ -16,7 +16,7 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
 cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` and
-``pyrnn_sum_rows_part``; util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_tanh``,
+``pyrnn_sum_rows_part``; util (``pyrnn_add_rows``, ``pyrnn_copy3``,
 ``pyrnn_act_map``, ``pyrnn_gate_act``); dropout
 (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
@@ -163,7 +163,7 @@ def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):
 
 def test_tf_block_ops(device):
     """BlockLSTM with seq_len_max < T, TF peepholes and the cell clip (lengths, ``dcs``),
-    its gradient; GRUBlockCell and its gradients (``pyrnn_tanh``, ``pyrnn_copy3``)."""
+    its gradient; GRUBlockCell and its gradients (``pyrnn_act_map``, ``pyrnn_copy3``)."""
     rng = np.random.default_rng(3)
     T, N, I, H = 4, 2, 3, 3
     args = (_r(rng, T, N, I), _r(rng, N, H), _r(rng, N, H), _r(rng, I + H, 4 * H), _r(rng, H),

@@ -2,8 +2,8 @@
  * (layout changes such as batch-major <-> time-major, slices of layer states) and activations.
  * Sizes, offsets and strides are arguments (elements). pyrnn_add_rows, pyrnn_act_map and
  * pyrnn_gate_act handle REC_VW consecutive elements per work-item (the host compiles this file with
- * the widest REC_VW dividing the row length: PoCL does not vectorise across work-items); the others
- * one element each.
+ * the widest REC_VW dividing the row length: PoCL does not vectorise across work-items); pyrnn_copy3
+ * moves one element per work-item.
  */
 #include "common.h"
 
@@ -26,13 +26,6 @@ __kernel void pyrnn_copy3(__global real *dst, const long d_off, const long ds0, 
     const long di = d_off + i0 * ds0 + i1 * ds1 + i2 * ds2;
     const real v = alpha * src[s_off + i0 * ss0 + i1 * ss1 + i2 * ss2];
     dst[di] = beta == 0 ? v : v + beta * dst[di];
-}
-
-/* y[i] = tanh(x[i]). Global size (n). */
-__kernel void pyrnn_tanh(__global real *y, __global const real *x)
-{
-    const long i = get_global_id(0);
-    y[i] = tanh(x[i]);
 }
 
 /* y[i] = act(x[i]) with a run-time activation code (common.h). Global size (n / REC_VW). */
