@@ -191,8 +191,8 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
     prog = get_program(device, "dropout.cl", {"PYRNN_DTYPE": dtype_code(dtype)})
     knl = prog.kernel("pyrnn_dropout")
     set_args(knl, dst.base_data, src.base_data, np.int32(N), np.int32(W),
-                 np.uint32(seed & 0xFFFFFFFF), np.uint32(seed2 & 0xFFFFFFFF), np.uint32(layer),
-                 np.uint64(thr), np.dtype(dtype).type(scale))
+             np.uint32(seed & 0xFFFFFFFF), np.uint32(seed2 & 0xFFFFFFFF), np.uint32(layer),
+             np.uint64(thr), np.dtype(dtype).type(scale))
     enqueue(device.queue, knl, ((W + 3) // 4, N, T))
 
 

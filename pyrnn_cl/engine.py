@@ -110,7 +110,7 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
     knl = util_program(device, dtype).kernel("pyrnn_copy3")
     real = np.dtype(dtype).type
     set_args(knl, dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
-                 _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
+             _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
     enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
 
 
@@ -242,17 +242,22 @@ class Recurrence:
         wg0 = max(d for d in range(1, min(self.wg, groups) + 1) if groups % d == 0)
         return grid, (wg0, 1)
 
+    def _whole_sequence(self, prog, name):
+        """Whether this layer runs kernel ``name`` of ``prog`` over the whole sequence in one
+        launch: it uses whole-sequence kernels and one work-group holds every unit of a
+        direction."""
+        return self.fused and self.H // self.vw <= prog.work_group_size(name)
+
     def _fused_launch(self, prog, name, args):
         """Launch the whole-sequence kernel ``name`` (``args`` with ``T`` in the step slot) when
-        this layer uses it and one work-group can hold every unit of a direction; returns
-        whether it did (else the caller runs the step loop)."""
-        HV = self.H // self.vw
-        if not self.fused or HV > prog.work_group_size(name):
+        :meth:`_whole_sequence` allows; returns whether it did (else the caller runs the step
+        loop)."""
+        if not self._whole_sequence(prog, name):
             return False
         knl = prog.kernel(name)
         set_args(knl, *args)
         grid, _ = self._step_grid(self.H)
-        enqueue(self.device.queue, knl, grid, (1, HV))
+        enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
     def _run_steps(self, kernels, step_arg_index, steps):
@@ -273,7 +278,7 @@ class Recurrence:
         knl = self._program().kernel("pyrnn_pack")
         blk = list(blocks) + [0] * (4 - len(blocks))
         set_args(knl, _I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
-                     weight.base_data, packed.base_data)
+                 weight.base_data, packed.base_data)
         enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
@@ -309,7 +314,7 @@ class Recurrence:
             I = int(x.shape[-1])
             if self.fused and T and N and I and I % self.vw == 0:
                 prog_x = self._program(HAS_XW=1)
-                if H // self.vw <= prog_x.work_group_size("pyrnn_fwd_seq"):
+                if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
                     in_kernel = (prog_x, I)
             if in_kernel is None:
                 gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H,
@@ -341,10 +346,8 @@ class Recurrence:
                 h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
                 c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
                 self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip), *xargs]
-        if self._fused_launch(prog, "pyrnn_fwd_seq", args):
+        if self._fused_launch(prog, "pyrnn_fwd_seq", args):   # always, with in_kernel
             return out
-        if in_kernel is not None:     # checked above; the step kernels have no input product
-            raise RuntimeError("pyrnn_cl: whole-sequence launch with the input product refused")
         fwd = prog.kernel("pyrnn_fwd")
         set_args(fwd, *args)
         kernels = [(fwd, self._step_grid(H))]
@@ -352,8 +355,8 @@ class Recurrence:
         if self.cell.two_phase:
             fb = prog.kernel("pyrnn_fwd_b")
             set_args(fb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
-                        rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
-                        h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
+                     rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
+                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
             kernels.append((fb, self._step_grid(H)))
             index[fb] = 4
         if self.P:
@@ -361,7 +364,7 @@ class Recurrence:
             out["wpk"] = wpk
             pj = prog.kernel("pyrnn_proj")
             set_args(pj, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                        hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
+                     hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
             kernels.append((pj, self._step_grid(self.P)))
             index[pj] = 5
         self._run_steps(kernels, index, range(T))
@@ -375,8 +378,8 @@ class Recurrence:
         knl = self._program().kernel("pyrnn_final")
         src = self._dummy if seq is None or T == 0 else seq
         set_args(knl, _I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
-                     init.array.base_data, _I64(init.sd), _I64(init.sn),
-                     out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
+                 init.array.base_data, _I64(init.sd), _I64(init.sn),
+                 out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
         enqueue(self.device.queue, knl, (width, N, D))
 
     # -- backward ---------------------------------------------------------------------------
@@ -438,10 +441,10 @@ class Recurrence:
             res["dr"] = dr
             bp = prog.kernel("pyrnn_bwd_proj")
             set_args(bp, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                        dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
-                        dr.base_data,
-                        dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
-                        dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
+                     dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
+                     dr.base_data,
+                     dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
+                     dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
             kernels.append((bp, self._step_grid(self.P)))
             index[bp] = 5
         bw_args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
@@ -467,11 +470,11 @@ class Recurrence:
             if self.cell.two_phase:
                 bb = prog.kernel("pyrnn_bwd_b")
                 set_args(bb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
-                            fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
-                            zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
-                            carry_h.base_data,
-                            h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                            self._or_dummy(lens))
+                         fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
+                         zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
+                         carry_h.base_data,
+                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                         self._or_dummy(lens))
                 kernels.append((bb, self._step_grid(H)))
                 index[bb] = 4
             self._run_steps(kernels, index, range(T - 1, -1, -1))
@@ -481,8 +484,8 @@ class Recurrence:
             dpeep = empty(q, (D * G * H,), dt)
             pg = prog.kernel("pyrnn_peep_grad")
             set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), dgx.base_data,
-                        fwd["cs"].base_data, c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                        self._or_dummy(lens), dpeep.base_data)
+                     fwd["cs"].base_data, c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                     self._or_dummy(lens), dpeep.base_data)
             enqueue(q, pg, (H, G, D))
             res["dpeep"] = dpeep
         return res
@@ -497,9 +500,9 @@ class Recurrence:
         if T and N:
             knl = self._program().kernel("pyrnn_gather_hin")
             set_args(knl, _I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,
-                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                         self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
-                         self._or_dummy(hr))
+                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                     self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
+                     self._or_dummy(hr))
             enqueue(q, knl, (K // self.vw, N, T * D))
         return hin, hr
 
