@@ -36,6 +36,7 @@ missing key keeps the default below / in ``gemm.cl``):
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -44,7 +45,7 @@ import pyopencl as cl
 from ._arrays import free_pools, temporary
 from .devices import resolve_device
 from .errors import ShapeError
-from .programs import enqueue, get_program
+from .programs import enqueue, get_program, set_args
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
@@ -66,9 +67,9 @@ _REDUCE_WG = 8
 _REDUCE_CHUNK_ROWS = 64  # sum_rows: rows per first-pass chunk at least (two passes from 128 rows)
 _REDUCE_CHUNKS = 16      # sum_rows: at most this many first-pass chunks
 
-# Kernel signatures for set_scalar_arg_dtypes ("i" int, "l" long, "r" real, "B" buffer): with
-# them pyopencl packs plain Python numbers quickly (set_args with NumPy scalars and no declared
-# dtypes was measured at ~1 ms per call on PoCL, ~10 us with them).
+# Kernel signatures ("i" int, "l" long, "r" real, "B" buffer) for programs.set_args: declared
+# types let pyopencl pack plain Python numbers quickly (untyped set_args was measured at ~1 ms
+# per call on PoCL, ~10 us typed).
 _SIGNATURES = {
     "pyrnn_gemm_outer": "iiiirrBlllllBlllilBlllliBlll",
     "pyrnn_gemm_dot": "iiiirrBlllBlllBlllliBlll",
@@ -77,16 +78,21 @@ _SIGNATURES = {
     "pyrnn_sum_rows": "iirBlllBll",
     "pyrnn_sum_rows_part": "iiiBlllBl",
 }
-_ARG_DTYPES = {"i": np.int32, "l": np.int64, "B": None}
+_ARG_DTYPES = {"i": np.dtype(np.int32), "l": np.dtype(np.int64)}
 
 
-def _kernel(prog, name: str, code: int):
-    """``prog.kernel(name)`` with its scalar argument types declared (once per kernel object)."""
+@functools.lru_cache(maxsize=None)
+def _arg_dtypes(name: str, code: int) -> tuple:
+    """The argument types of kernel ``name`` for dtype ``code`` (from :data:`_SIGNATURES`)."""
+    real = np.dtype(np.float32 if code == 1 else np.float64)
+    return tuple(None if c == "B" else _ARG_DTYPES.get(c, real) for c in _SIGNATURES[name])
+
+
+def _set_args(prog, name: str, code: int, *args):
+    """Kernel ``name`` of ``prog`` with ``args`` (plain Python numbers and buffers) set, typed by
+    its signature (:func:`pyrnn_cl.programs.set_args`)."""
     kernel = prog.kernel(name)
-    if getattr(kernel, "_pyrnn_gemm_typed", None) != code:
-        real = np.float32 if code == 1 else np.float64
-        kernel.set_scalar_arg_dtypes([_ARG_DTYPES.get(c, real) for c in _SIGNATURES[name]])
-        kernel._pyrnn_gemm_typed = code
+    set_args(kernel, *args, dtypes=_arg_dtypes(name, code))
     return kernel
 
 
@@ -146,12 +152,11 @@ def _pack(prog, code, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_
     dst[dst_off + b*panel + (t*k + kk)*tile + r] = X_b[t*tile + r, kk]
     with X[r, kk] = x[x_off + r*x_sr + kk*x_sk] and panel = tiles*tile*k."""
     tiles = -(-rows // tile)
-    kernel = _kernel(prog, name, code)
     panel = tiles * tile * k
     nb = batch if x_batch else 1
     tfast = 1 if x_sr == 1 else 0  # neighbouring work-items read neighbouring memory
-    kernel.set_args(int(rows), int(k), int(tfast), x, int(x_off), int(x_sr), int(x_sk),
-                    int(x_batch), dst, int(dst_off), int(panel))
+    kernel = _set_args(prog, name, code, int(rows), int(k), int(tfast), x, int(x_off), int(x_sr),
+                       int(x_sk), int(x_batch), dst, int(dst_off), int(panel))
     wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size(name)))
     chunks = -(-k // host["GEMM_PACK_KC"])
     g0, g1 = (tiles, chunks) if tfast else (chunks, tiles)
@@ -371,8 +376,7 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
 def _launch(prog, code, queue, host, name, args, groups, batch, events):
     """Set ``args`` on kernel ``name`` and enqueue it over (groups[0] rounded up to the
     work-group size, groups[1], batch) with local size (GEMM_WG, 1, 1)."""
-    kernel = _kernel(prog, name, code)
-    kernel.set_args(*args)
+    kernel = _set_args(prog, name, code, *args)
     wg = max(1, min(host["GEMM_WG"], prog.work_group_size(name)))
     return enqueue(queue, kernel, (_round_up(groups[0], wg), groups[1], batch), (wg, 1, 1),
                    wait_for=events or None)
@@ -432,9 +436,8 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
         chunks = -(-rows // rb)
         part = temporary(device, (batch * chunks * cols,), dtype)
         name = "pyrnn_sum_rows_part"
-        kernel = _kernel(prog, name, code)
-        kernel.set_args(int(rows), int(cols), int(rb), a_buf, int(a_off), int(lda), int(stride_a),
-                        part.base_data, int(chunks * cols))
+        kernel = _set_args(prog, name, code, int(rows), int(cols), int(rb), a_buf, int(a_off),
+                           int(lda), int(stride_a), part.base_data, int(chunks * cols))
         wgp = max(1, min(wg, prog.work_group_size(name)))
         strips = -(-cols // (defines["REDUCE_VW"] * defines["REDUCE_NV"]))
         event = enqueue(device.queue, kernel, (_round_up(strips, wgp), chunks, batch),
@@ -442,12 +445,8 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
         rows, a_buf, a_off, lda, stride_a = chunks, part.base_data, 0, cols, chunks * cols
         wait_for = [event]
     name = "pyrnn_sum_rows"
-    kernel = _kernel(prog, name, code)
-    kernel.set_args(
-        int(rows), int(cols), float(beta),
-        a_buf, int(a_off), int(lda), int(stride_a),
-        o_buf, int(o_off), int(stride_out),
-    )
+    kernel = _set_args(prog, name, code, int(rows), int(cols), float(beta), a_buf, int(a_off),
+                       int(lda), int(stride_a), o_buf, int(o_off), int(stride_out))
     wg = max(1, min(wg, prog.work_group_size(name)))
     groups = -(-cols // defines["REDUCE_VW"])
     enqueue(device.queue, kernel, (_round_up(groups, wg), batch), (wg, 1), wait_for=wait_for)

@@ -535,13 +535,17 @@ def _as_size(size) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def set_args(kernel, *args):
-    """``kernel.set_args(*args)`` with the scalar argument types declared once per kernel object,
-    taken from ``args`` (a NumPy scalar gives its dtype, a buffer ``None``). pyopencl's untyped
-    path inspects every argument on each call: ~75 us for a dozen arguments on PoCL, more than
-    the launch itself; the typed path packs them in ~3 us. Kernel objects are per thread
-    (:meth:`Program.kernel`), so the declaration never races."""
-    sig = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
+def set_args(kernel, *args, dtypes=None):
+    """``kernel.set_args(*args)`` with the scalar argument types declared once per kernel object:
+    ``dtypes`` (one per argument, ``None`` for a buffer; plain Python numbers may then be
+    passed), else taken from ``args`` (a NumPy scalar gives its dtype, a buffer ``None``).
+    pyopencl's untyped path inspects every argument on each call: ~75 us for a dozen arguments
+    on PoCL, more than the launch itself; the typed path packs them in ~3 us. Kernel objects are
+    per thread (:meth:`Program.kernel`), so the declaration never races."""
+    if dtypes is None:
+        sig = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
+    else:
+        sig = tuple(dtypes)
     if getattr(kernel, "_pyrnn_sig", None) != sig:
         kernel.set_scalar_arg_dtypes(list(sig))
         kernel._pyrnn_sig = sig
