@@ -32,7 +32,7 @@ PyTorch time / our time (> 1: we are faster), from the medians.
 The memory column is an estimate of the device bytes our engine allocates per call, from its
 buffer shapes (:func:`memory_estimate`): inputs, *reserve* (what the forward keeps for backward:
 saved gates, h and c sequences), forward workspace (packed weights) and backward workspace
-(gate gradients, carries, the recurrent-product inputs, gradient outputs).
+(gate gradients, the two-step carry ring, the rebuilt h sequence, gradient outputs).
 """
 
 from __future__ import annotations
@@ -456,8 +456,8 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
     forward returns for backward (saved gates ``[T][N][D*G*H]``, h ``[T][N][D*H]`` and the LSTM
     cell sequence). ``fwd_workspace``: the packed recurrent weights. ``bwd_workspace``: the
     transposed pack of R (and for GRU the forward pack again), gate gradients (two arrays for
-    GRU), carries, the recomputed h sequence (LSTM gradients rebuild it from the saved gates),
-    the recurrent-product inputs, and the gradient outputs.
+    GRU), the two-step carry ring, the recomputed h sequence (LSTM gradients rebuild it from the
+    saved gates), and the gradient outputs.
     """
     T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
     lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
@@ -473,7 +473,7 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
         bwd_ws += T * N * GH * (2 if gru else 1)                 # dgx (+ dgh)
         bwd_ws += 2 * N * D * H * (2 if lstm else 1)             # carry ring (+ carry_c)
         bwd_ws += seq_h if lstm else 0                           # y rebuilt from the gates
-        bwd_ws += 0                                              # hin: none (dR reads y)
+        # (no gathered recurrent-product inputs: without a mask dR reads y shifted by a step)
         bwd_ws += T * N * width + GH * width + D * G * H * H + GH  # dx, dW, dR, db
     inputs += T * N * D * H                                      # dy of the last layer
     out = dict(inputs=inputs, reserve=reserve, fwd_workspace=fwd_ws, bwd_workspace=bwd_ws)
@@ -495,9 +495,9 @@ def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
     training loop; alternating turns spread a drifting background load over both sides.
 
     The untimed calls matter on a small CPU: right after the other side's turn, the first one
-    or two calls of either side were measured up to 2x slower (the other side's threads still
-    spinning - libgomp's OpenMP workers spin for milliseconds after a parallel region - and
-    this side's thread pool asleep), which says nothing about either implementation.
+    or two calls of either side were measured up to 2x slower, which says nothing about either
+    implementation (likely causes, not isolated: the other side's threads still spinning -
+    libgomp's OpenMP workers spin after a parallel region - and this side's pool asleep).
     ``block = 0``: single timed calls round-robin, no untimed calls."""
     for fn in fns.values():
         for _ in range(warmup):
