@@ -75,8 +75,7 @@ _SIGNATURES = {
     "pyrnn_gemm_dot": "iiiirrBlllBlllBlllliBlll",
     "pyrnn_gemm_pack_p": "iiiBllllBll",
     "pyrnn_gemm_pack_q": "iiiBllllBll",
-    "pyrnn_sum_rows": "iirBlllBll",
-    "pyrnn_sum_rows_part": "iiiBlllBl",
+    "pyrnn_sum_rows": "iiirBlllBlll",
 }
 _ARG_DTYPES = {"i": np.dtype(np.int32), "l": np.dtype(np.int64)}
 
@@ -419,35 +418,35 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
 
     tuning = dict(device.tuning("reduce") or {})
     defines = dict(_REDUCE_DEFAULT)
-    defines.update({key: int(v) for key, v in tuning.items()
-                    if key in ("REDUCE_VW", "REDUCE_ACC", "REDUCE_NV")})
+    defines.update({key: int(v) for key, v in tuning.items() if key in ("REDUCE_VW", "REDUCE_NV")})
     if defines["REDUCE_VW"] not in _VECTOR_WIDTHS:
         defines["REDUCE_VW"] = 1
     if code == 2 and "REDUCE_VW" not in tuning:
         defines["REDUCE_VW"] = 8
     defines["REDUCE_NV"] = max(1, defines["REDUCE_NV"])
     defines["PYRNN_DTYPE"] = code
-    wg = int(tuning.get("REDUCE_WG", _REDUCE_WG))
     prog = get_program(device, "reduce.cl", defines)
+    name = "pyrnn_sum_rows"
+    wg = max(1, min(int(tuning.get("REDUCE_WG", _REDUCE_WG)), prog.work_group_size(name)))
+    strips = _round_up(-(-cols // (defines["REDUCE_VW"] * defines["REDUCE_NV"])), wg)
+
+    def run(rows, rb, chunks, beta, a_buf, a_off, lda, stride_a, out, out_off, out_chunk,
+            out_batch, wait_for):
+        kernel = _set_args(prog, name, code, rows, cols, rb, beta, a_buf, a_off, lda, stride_a,
+                           out, out_off, out_chunk, out_batch)
+        return enqueue(device.queue, kernel, (strips, chunks, batch), (wg, 1, 1),
+                       wait_for=wait_for)
+
     if rows >= 2 * _REDUCE_CHUNK_ROWS:
-        # first pass: partial sums of row chunks (at most _REDUCE_CHUNKS of them), then the
-        # column sums of the partials into out
+        # first pass: partial sums of row chunks (at most _REDUCE_CHUNKS of them); the second
+        # sums the partials as one chunk
         rb = max(_REDUCE_CHUNK_ROWS, -(-rows // _REDUCE_CHUNKS))
         chunks = -(-rows // rb)
         part = temporary(device, (batch * chunks * cols,), dtype)
-        name = "pyrnn_sum_rows_part"
-        kernel = _set_args(prog, name, code, int(rows), int(cols), int(rb), a_buf, int(a_off),
-                           int(lda), int(stride_a), part.base_data, int(chunks * cols))
-        wgp = max(1, min(wg, prog.work_group_size(name)))
-        strips = -(-cols // (defines["REDUCE_VW"] * defines["REDUCE_NV"]))
-        event = enqueue(device.queue, kernel, (_round_up(strips, wgp), chunks, batch),
-                        (wgp, 1, 1), wait_for=wait_for)
+        event = run(rows, rb, chunks, 0.0, a_buf, a_off, lda, stride_a, part.base_data, 0, cols,
+                    chunks * cols, wait_for)
         rows, a_buf, a_off, lda, stride_a = chunks, part.base_data, 0, cols, chunks * cols
         wait_for = [event]
-    name = "pyrnn_sum_rows"
-    kernel = _set_args(prog, name, code, int(rows), int(cols), float(beta), a_buf, int(a_off),
-                       int(lda), int(stride_a), o_buf, int(o_off), int(stride_out))
-    wg = max(1, min(wg, prog.work_group_size(name)))
-    groups = -(-cols // defines["REDUCE_VW"])
-    enqueue(device.queue, kernel, (_round_up(groups, wg), batch), (wg, 1), wait_for=wait_for)
+    run(rows, max(rows, 1), 1, float(beta), a_buf, a_off, lda, stride_a, o_buf, o_off, 0,
+        stride_out, wait_for)
     return None

@@ -15,9 +15,8 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_fwd_seq`` with the input product, ``pyrnn_bwd_seq``,
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
-cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` and
-``pyrnn_sum_rows_part``; util (``pyrnn_add_rows``, ``pyrnn_copy3``,
-``pyrnn_act_map``, ``pyrnn_gate_act``); dropout
+cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` (one and two passes);
+util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_gate_act``); dropout
 (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
 
