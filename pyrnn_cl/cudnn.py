@@ -47,7 +47,7 @@ from ._arrays import (Call, check_bool, check_choice, check_float, check_int, ch
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
-from .gemm import gemm, sum_rows
+from .gemm import gemm
 from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
                      make_layout, swap01_strides)
 from .programs import enqueue, get_program, set_args
@@ -336,11 +336,6 @@ class _Net:
                      (self.lay.pseudo_size(l), 0, 1), (self.D, 1, per_dir))
         return out
 
-    def scatter(self, dparams, off, l, src, per_dir):
-        """The inverse of :meth:`gather`, into a gradient buffer in the params layout."""
-        engine.copy3(self.dev, self.dt, dparams, off, (self.lay.pseudo_size(l), 0, 1), src, 0,
-                     (per_dir, 0, 1), (self.D, 1, per_dir))
-
     def weights(self, params, l):
         """Engine tensors of layer ``l``: ``R [D][G·H][K]``, ``hb [D][G·H]``, ``bW [D·G·H]``
         and ``w_proj [D][P][H]`` (or None)."""
@@ -551,7 +546,6 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
         _copy(net.q, out, 0, res, off, size)
         return out
 
-    rows = T * N
     for l in range(L - 1, -1, -1):
         R, hb, bw, wp = net.weights(params_d, l)
         fwd = {name: saved(l, name) for name in parts[l]}
@@ -571,36 +565,23 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
         dc0 = call.empty((D, N, H)) if net.lstm else None
         dhn = net.layer_state(dhn_all, l, K) if dhn_all is not None else None
         dcn = net.layer_state(dcn_all, l, H) if dcn_all is not None else None
-        grads = rec.backward(
+        # every gradient straight into its place in dparams (pseudo-layers `stride` apart);
+        # without W (skip_input) dx is the sum of the gate gradients of every direction and gate
+        stride, n_in = lay.pseudo_size(l), lay.in_size(l)
+        dx = call.empty((T, N, n_in))
+        w = engine.Target(params_d, lay.off_w(l, 0), stride) if lay.has_w(l) else None
+        side = engine.InputSide(
+            n_in, x=x, w=w, dx=dx,
+            dw=engine.Target(dparams, lay.off_w(l, 0), stride) if lay.has_w(l) else None,
+            db=engine.Target(dparams, lay.off_bw(l, 0), stride),
+            dhb=engine.Target(dparams, lay.off_br(l, 0), stride))
+        rec.backward(
             fwd, R, h0=net.view(h0, K), c0=net.view(c0, H) if c0 is not None else None,
             dh0=net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None, hb=hb,
             lens=net.lens, w_proj=wp, dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
-            dcn=net.view(dcn, H) if dcn is not None else None)
-        dR, dwp = rec.recurrent_weight_gradient(fwd, grads, h0=net.view(h0, K), lens=net.lens)
-        net.scatter(dparams, lay.off_r(l, 0), l, dR, GH * K)
-        if dwp is not None:
-            net.scatter(dparams, lay.off_proj(l, 0), l, dwp, lay.P * H)
-        stride = lay.pseudo_size(l)
-        sum_rows(net.dev, net.dt, rows, GH, grads["dgx"], dparams, lda=D * GH,
-                 out_offset=lay.off_bw(l, 0), batch=D, stride_a=GH, stride_out=stride)
-        if grads["dgh"] is grads["dgx"]:   # both biases get the same gradient: copy the sums
-            engine.copy3(net.dev, net.dt, dparams, lay.off_br(l, 0), (stride, 0, 1), dparams,
-                         lay.off_bw(l, 0), (stride, 0, 1), (D, 1, GH))
-        else:
-            sum_rows(net.dev, net.dt, rows, GH, grads["dgh"], dparams, lda=D * GH,
-                     out_offset=lay.off_br(l, 0), batch=D, stride_a=GH, stride_out=stride)
-        dgx = grads["dgx"]
-        dx = call.empty((T, N, lay.in_size(l)))
-        if lay.has_w(l):
-            n_in = lay.in_size(l)
-            for d in range(D):
-                gemm(net.dev, net.dt, GH, n_in, rows, dgx, x, dparams, trans_a=True,
-                     a_offset=d * GH, lda=D * GH, c_offset=lay.off_w(l, d), ldc=n_in)
-                gemm(net.dev, net.dt, rows, n_in, GH, dgx, params_d, dx, a_offset=d * GH,
-                     lda=D * GH, b_offset=lay.off_w(l, d), ldb=n_in, beta=float(d > 0))
-        else:   # skip_input: dx = sum of the gate gradients of every direction and gate
-            sum_rows(net.dev, net.dt, D * net.G, H, dgx, dx, batch=rows, stride_a=D * GH,
-                     stride_out=H)
+            dcn=net.view(dcn, H) if dcn is not None else None, inputs=side,
+            dR=engine.Target(dparams, lay.off_r(l, 0), stride),
+            dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None)
         net.put_state(dh0_all, l, dh0, K)
         if net.lstm:
             net.put_state(dc0_all, l, dc0, H)

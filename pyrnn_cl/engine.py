@@ -14,9 +14,10 @@ A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
    directions run in the same launch. A reset-before GRU needs a second kernel per step
    (``pyrnn_fwd_b``), an LSTM projection one more (``pyrnn_proj``).
 3. Backward mirrors it: per step one fused kernel (``pyrnn_bwd``) reduces the next step's gate
-   gradients through ``R`` into ``dh[t]`` and runs the cell backward; afterwards the weight and
-   input gradients are large GEMMs over all steps (:func:`input_gradients`,
-   :meth:`Recurrence.recurrent_weight_gradient`).
+   gradients through ``R`` into ``dh[t]`` and runs the cell backward. The steps run in chunks
+   of about ``REC_BWD_ROWS`` rows (steps x N); after each chunk, large GEMMs over its rows add
+   its share to the weight, bias and input gradients (:meth:`Recurrence.backward` with an
+   :class:`InputSide`), so the gate gradients of all T steps never exist at once.
 
 The whole sequence is enqueued on one in-order queue with kernel arguments set once; only the
 step index changes between launches, and the host never waits inside the loop.
@@ -40,7 +41,7 @@ from .gemm import gemm, sum_rows
 from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
-__all__ = ["Recurrence", "StateView", "input_projection", "input_gradients", "util_program",
+__all__ = ["Recurrence", "StateView", "Target", "InputSide", "input_projection", "util_program",
            "copy3", "add_rows", "act_map", "gate_act"]
 
 _I32 = np.int32
@@ -55,6 +56,35 @@ class StateView:
     array: cla.Array
     sd: int
     sn: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """A per-direction block of a gradient (or weight): direction ``d``'s block starts at
+    element ``offset + d * stride`` of ``array`` (a matrix block row-major, rows packed)."""
+
+    array: cla.Array
+    offset: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class InputSide:
+    """The input side ``gx = x W^T + b`` of a layer, whose gradients :meth:`Recurrence.backward`
+    accumulates chunk by chunk (``None``: not wanted).
+
+    ``x`` ``[T][N][I]`` (for ``dw``); ``w`` the ``[G*H][I]`` weight blocks (for ``dx``; without
+    one, ``dx`` is the sum of every gate block: cuDNN ``skip_input``); ``dx`` ``[T][N][I]``;
+    ``dw`` ``[G*H][I]`` and ``db`` ``[G*H]`` blocks; ``dhb`` the hidden-side bias ``[G*H]``
+    (sums of ``dgh``: a GRU's recurrent bias, cuDNN's second bias)."""
+
+    I: int
+    x: cla.Array | None = None
+    w: Target | None = None
+    dx: cla.Array | None = None
+    dw: Target | None = None
+    db: Target | None = None
+    dhb: Target | None = None
 
 
 def util_program(device, dtype, vw=1):
@@ -123,25 +153,6 @@ def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None
     return gx
 
 
-def input_gradients(device, dtype, dgx, rows, out_width, x, width, weight, *, dx=None,
-                    dx_beta=0.0, need_dw=True, need_db=True):
-    """Gradients of ``gx = x W^T + b`` from ``dgx`` ``[rows][out_width]``: returns
-    ``(dx [rows][width] or the given dx, dW [out_width][width] or None, db or None)``; all GEMMs
-    over every step at once."""
-    if dx is not None or weight is not None:
-        if dx is None:
-            dx = empty(device.queue, (rows, width), dtype)
-        gemm(device, dtype, rows, width, out_width, dgx, weight, dx, beta=dx_beta)
-    dw = db = None
-    if need_dw:
-        dw = empty(device.queue, (out_width, width), dtype)
-        gemm(device, dtype, out_width, width, rows, dgx, x, dw, trans_a=True)
-    if need_db:
-        db = empty(device.queue, (out_width,), dtype)
-        sum_rows(device, dtype, rows, out_width, dgx, db)
-    return dx, dw, db
-
-
 def _dummy(device, dtype):
     """A buffer passed for absent optional inputs (kernels never read it)."""
     return read_only_zeros(device, dtype, 1)
@@ -200,21 +211,25 @@ class Recurrence:
         seq_bytes = int(tuning.get("REC_SEQ_BYTES", 0))
         self.fused = (0 < cell.G * self.H * self.K * self.dtype.itemsize <= seq_bytes
                       and not self.P and not cell.two_phase)
+        # rows (steps x N) of gate gradients per backward chunk
+        self.bwd_rows = max(1, int(tuning.get("REC_BWD_ROWS", 2048)))
         self.G = cell.G
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
-    def _check_memory(self, backward):
+    def _check_memory(self, backward, steps=0):
         """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
-        the sequence buffers of a forward (or forward + backward) cannot fit the device."""
+        the sequence buffers of a forward (or forward + backward with chunks of ``steps``)
+        cannot fit the device."""
         T, N, H, D, K, G, P = self.T, self.N, self.H, self.D, self.K, self.G, self.P
-        seq = T * N * D
+        seq, chunk = T * N * D, steps * N * D
         bufs = [seq * G * H, seq * K, D * G * H * K]                 # gx, y, packed R
         bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
         if backward:
-            bufs += [seq * G * H, 2 * N * D * H, seq * K]            # dgx, carry_h, hin
-            bufs += [seq * G * H] * (self.cell.kind == "gru")        # dgh
-            bufs += [2 * N * D * H] * self.cell.has_c + [seq * P] * bool(P)  # carry_c, dr
+            bufs += [chunk * G * H, 2 * N * D * H, chunk * K]        # dgx, carry_h, hin
+            bufs += [chunk * G * H] * (self.cell.kind == "gru")      # dgh
+            bufs += [2 * N * D * G * H] * (steps < T)                # gate-gradient ring
+            bufs += [2 * N * D * H] * self.cell.has_c + [chunk * P] * bool(P)  # carry_c, dr
         check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
                      f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
                      [b * self.dtype.itemsize for b in bufs])
@@ -384,165 +399,309 @@ class Recurrence:
 
     # -- backward ---------------------------------------------------------------------------
 
+    def chunk_steps(self, full=False):
+        """Steps per backward chunk: enough for ``REC_BWD_ROWS`` rows (T*N) of gate gradients in
+        the weight-gradient GEMMs of one chunk, at least one; every step when ``full``."""
+        if full:
+            return max(self.T, 1)
+        return max(1, min(self.T, -(-self.bwd_rows // max(self.N, 1))))
+
     def backward(self, fwd, R, *, h0: StateView, c0: StateView | None = None, dh0: StateView,
                  dc0: StateView | None = None, hb=None, peep=None, mask=None, lens=None,
                  w_proj=None, dy=None, dhn: StateView | None = None,
-                 dcn: StateView | None = None, dcs=None):
-        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict).
+                 dcn: StateView | None = None, dcs=None, inputs: InputSide | None = None,
+                 dR: Target | None = None, need_dR=True, dwp: Target | None = None,
+                 full=False):
+        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict),
+        with the weight gradients accumulated as it goes.
 
         ``dy`` ``[T][N][D*K]`` (None: zero), ``dhn``/``dcn`` gradients of the final states,
-        ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0`` and
-        returns a dict with ``dgx`` (input-side gate gradients, ``[T][N][D*G*H]``), ``dgh``
-        (hidden side; the same array unless the cell is a GRU), ``dr`` (projection) and
-        ``dpeep``.
+        ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0``.
+
+        The steps run in chunks of :meth:`chunk_steps` (from the last step down); after each
+        chunk, GEMMs over its rows add that chunk's share to the weight gradients:
+        ``dR[d] = sum_t dgh[t, d]^T (h[t-1] . m[t])`` (into ``dR``, or a new ``[D][G*H][K]``
+        array; skipped without ``need_dR``), ``dW_proj[d] = sum_t dr[t, d]^T hs[t, d]`` (into
+        ``dwp``, or a new ``[D][P][H]`` array), the peephole gradient, and the gradients of
+        the input side ``gx = x W^T + b`` described by ``inputs``. The gate gradients of all
+        steps never exist at once: the workspace is bounded by the chunk, not by T.
+
+        ``full``: one chunk of every step, and the gate gradients ``dgx`` (input side,
+        ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell is a GRU)
+        are returned. Returns a dict with ``dgx``/``dgh`` (None unless ``full``), ``dR``,
+        ``dwp`` (projection) and ``dpeep`` (peepholes).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
-        q, dt = self.device.queue, self.dtype
-        self._check_memory(backward=True)
-        separate = self.cell.kind == "gru"
-        dgx = empty(q, (T, N, D * G * H), dt)
-        dgh = temporary(self.device, (T, N, D * G * H), dt) if separate else dgx
-        res = {"dgx": dgx, "dgh": dgh, "dr": None, "dpeep": None}
-        if self.flags["HAS_PEEP"] and (T == 0 or N == 0):
-            res["dpeep"] = cla.zeros(q, (D * G * H,), dt)   # no step: zero peephole gradient
-        if N == 0:
-            return res
+        GH, P = G * H, self.P
+        q, dt, dev = self.device.queue, self.dtype, self.device
+        steps = self.chunk_steps(full)
+        self._check_memory(backward=True, steps=steps)
+        ring = steps < T
+        alloc = empty if full else (lambda _q, shape, dtype: temporary(dev, shape, dtype))
+        rows = min(steps, T)     # (T = 0: empty buffers)
+        dgx = alloc(q, (rows, N, D * GH), dt)
+        dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.kind == "gru" else dgx
+        dr = temporary(dev, (rows, N, D * P), dt) if P else None
+        gring = temporary(dev, (2, N, D * GH), dt) if ring else self._dummy
+        res = {"dgx": dgx if full else None, "dgh": dgh if full else None, "dR": None,
+               "dwp": None, "dpeep": None}
+        if need_dR:
+            res["dR"] = dR.array if dR is not None else empty(q, (D, GH, K), dt)
+            dR = dR or Target(res["dR"], 0, GH * K)
+        if P:
+            res["dwp"] = dwp.array if dwp is not None else empty(q, (D, P, H), dt)
+            dwp = dwp or Target(res["dwp"], 0, P * H)
+        if self.flags["HAS_PEEP"]:
+            res["dpeep"] = empty(q, (D * GH,), dt)
+        if inputs is not None and inputs.dx is not None and D > 1 and ring:
+            inputs.dx.fill(0)     # both directions add to every step, in different chunks
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
         # program per cell configuration instead of one per subset of given gradients (each
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
-        if dy is None and T:
+        if dy is None and T and N:
             dy = cla.zeros(q, (T, N, D * K), dt)
         if dhn is None:     # every (d, n) reads the same row of zeros
-            dhn = StateView(read_only_zeros(self.device, dt, K), 0, 0)
+            dhn = StateView(read_only_zeros(dev, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:
-            dcn = StateView(read_only_zeros(self.device, dt, H), 0, 0)
+            dcn = StateView(read_only_zeros(dev, dt, H), 0, 0)
         flags = dict(HAS_DY=int(dy is not None), HAS_DHN=1, HAS_DCN=int(self.cell.has_c),
                      HAS_DCS=int(dcs is not None))
         prog = self._program(**flags)
         c0 = c0 or StateView(self._dummy, 0, 0)
         dc0 = dc0 or StateView(self._dummy, 0, 0)
-        dhn_v = dhn or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
         # the direct-path carries between consecutive steps: a ring of two steps
-        carry_h = temporary(self.device, (2, N, D * H), dt)
-        carry_c = temporary(self.device, (2, N, D * H), dt) if self.cell.has_c else None
+        carry_h = temporary(dev, (2, N, D * H), dt)
+        carry_c = temporary(dev, (2, N, D * H), dt) if self.cell.has_c else None
         rpk = fwd.get("rpk")
-        if self.cell.needs_hn and T:
+        if self.cell.needs_hn and T and N:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         # transposed packs for the reductions dh = dgh R (and dh = dr W_proj); rows that add
         # nothing read the zero row
-        rt = self.pack_t(R, G * H, K)
-        wt = self.pack_t(w_proj, self.P, H) if self.P else rt
-        zrow = read_only_zeros(self.device, dt, max(G * H, K))
-        kernels, index = [], {}
-        dr = None
-        if self.P:
-            dr = temporary(self.device, (max(T, 1), N, D * self.P), dt)
-            res["dr"] = dr
-            bp = prog.kernel("pyrnn_bwd_proj")
-            set_args(bp, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                     dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
-                     dr.base_data,
-                     dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
-                     dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens))
-            kernels.append((bp, self._step_grid(self.P)))
-            index[bp] = 5
-        bw_args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
-                   fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
-                   zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
-                   self._or_dummy(peep), fwd["y"].base_data if T else self._dummy.base_data,
-                   self._or_dummy(fwd.get("cs") if T else None),
-                   self._or_dummy(dr if self.P else dy),
-                   dhn_v.array.base_data, _I64(dhn_v.sd), _I64(dhn_v.sn),
-                   dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
-                   self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
-                   dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
-                   dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
-                   h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                   c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                   self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip)]
-        if not self._fused_launch(prog, "pyrnn_bwd_seq", bw_args):
-            bw = prog.kernel("pyrnn_bwd")
-            set_args(bw, *bw_args)
-            kernels.append((bw, self._step_grid(H)))
-            index[bw] = 5
-            bb = None
-            if self.cell.two_phase:
-                bb = prog.kernel("pyrnn_bwd_b")
-                set_args(bb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0),
-                         fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
-                         zrow.base_data, fwd["y"].base_data if T else self._dummy.base_data,
-                         carry_h.base_data,
-                         h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                         self._or_dummy(lens))
-                kernels.append((bb, self._step_grid(H)))
-                index[bb] = 4
-            self._run_steps(kernels, index, range(T - 1, -1, -1))
-            # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
-            self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
-        if self.flags["HAS_PEEP"] and T:
-            dpeep = empty(q, (D * G * H,), dt)
-            pg = prog.kernel("pyrnn_peep_grad")
-            set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), dgx.base_data,
-                     fwd["cs"].base_data, c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                     self._or_dummy(lens), dpeep.base_data)
-            enqueue(q, pg, (H, G, D))
-            res["dpeep"] = dpeep
+        rt = wt = None
+        if N:
+            rt = self.pack_t(R, G * H, K)
+            wt = self.pack_t(w_proj, P, H) if P else rt
+        zrow = read_only_zeros(dev, dt, max(GH, K))
+        y = fwd["y"] if T else self._dummy
+
+        def chunk_args(s_lo, s_hi):
+            return [_I32(s_lo), _I32(s_hi), _I32(ring), gring.base_data]
+
+        def proj_args(s, s_lo, s_hi):
+            return [_I32(T), _I32(N), _I32(H), _I32(P), _I32(self.rev_mask), _I32(s),
+                    dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
+                    dr.base_data, dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
+                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens),
+                    *chunk_args(s_lo, s_hi)]
+
+        def bwd_args(s, s_lo, s_hi):
+            return [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(s),
+                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
+                    zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
+                    self._or_dummy(peep), y.base_data,
+                    self._or_dummy(fwd.get("cs") if T else None),
+                    self._or_dummy(dr if P else dy),
+                    dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
+                    dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
+                    self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
+                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
+                    dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
+                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
+                    c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
+                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip),
+                    *chunk_args(s_lo, s_hi)]
+
+        def bwd_b_args(s, s_lo, s_hi):
+            return [_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(s),
+                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
+                    zrow.base_data, y.base_data, carry_h.base_data,
+                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
+                    self._or_dummy(lens), *chunk_args(s_lo, s_hi)]
+
+        # chunks from the last step down (T = 0: one empty chunk, for the pseudo-step and the
+        # zero weight gradients)
+        bounds = [(max(0, hi - steps), hi) for hi in range(T, 0, -steps)] or [(0, 0)]
+        for s_lo, s_hi in bounds:
+            if N:
+                self._backward_chunk(prog, s_lo, s_hi, bwd_args, bwd_b_args,
+                                     proj_args if P else None)
+            chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
+            self._chunk_weight_gradients(chunk, fwd, res, dR, dwp, h0=h0, c0=c0, mask=mask,
+                                         lens=lens)
+            if inputs is not None:
+                self._chunk_input_gradients(chunk, inputs)
+        side = inputs
+        if side is not None and side.dhb is not None and side.db is not None and dgh is dgx:
+            # one kind of gate gradient: the hidden-side bias gets the input side's sums
+            copy3(dev, dt, side.dhb.array, side.dhb.offset, (side.dhb.stride, 0, 1),
+                  side.db.array, side.db.offset, (side.db.stride, 0, 1), (D, 1, GH))
         return res
 
-    def recurrent_inputs(self, fwd, *, h0: StateView, mask=None, lens=None):
-        """``hin[t] = h[t-1] . m[t]`` for every step (``[T][N][D*K]``), and for a two-phase GRU
-        ``hr = hin . r``: the right-hand sides of the recurrent weight gradient."""
-        T, N, D, K = self.T, self.N, self.D, self.K
-        q, dt = self.device.queue, self.dtype
-        hin = temporary(self.device, (T, N, D * K), dt)
-        hr = temporary(self.device, (T, N, D * K), dt) if self.cell.two_phase else None
-        if T and N:
+    def _backward_chunk(self, prog, s_lo, s_hi, bwd_args, bwd_b_args, proj_args):
+        """Enqueue the steps ``s_hi-1 .. s_lo`` of the backward (and, in the last chunk, the
+        pseudo-step -1 that writes the gradients of h0 and c0): one launch for the chunk when
+        :meth:`_whole_sequence` allows, else per step the projection, cell and second GRU
+        kernels."""
+        H, last = self.H, s_lo == 0
+        if self._fused_launch(prog, "pyrnn_bwd_seq", bwd_args(-1 if last else s_lo, s_lo, s_hi)):
+            return
+        kernels, index = [], {}
+        bb = None
+        if proj_args is not None:
+            bp = prog.kernel("pyrnn_bwd_proj")
+            set_args(bp, *proj_args(0, s_lo, s_hi))
+            kernels.append((bp, self._step_grid(self.P)))
+            index[bp] = 5
+        bw = prog.kernel("pyrnn_bwd")
+        set_args(bw, *bwd_args(0, s_lo, s_hi))
+        kernels.append((bw, self._step_grid(H)))
+        index[bw] = 5
+        if self.cell.two_phase:
+            bb = prog.kernel("pyrnn_bwd_b")
+            set_args(bb, *bwd_b_args(0, s_lo, s_hi))
+            kernels.append((bb, self._step_grid(H)))
+            index[bb] = 4
+        self._run_steps(kernels, index, range(s_hi - 1, s_lo - 1, -1))
+        if last:   # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
+            self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
+
+    def _chunk_times(self, chunk, d):
+        """``(t0, t1)``: the times of direction ``d`` in ``chunk`` (row 0 holds ``t0``)."""
+        if (self.rev_mask >> d) & 1:
+            return self.T - chunk.s_hi, self.T - chunk.s_lo
+        return chunk.s_lo, chunk.s_hi
+
+    def _chunk_weight_gradients(self, chunk, fwd, res, dR, dwp, *, h0, c0, mask, lens):
+        """Add ``chunk``'s share to ``dR``, ``dW_proj`` and the peephole gradient (the first
+        chunk overwrites them)."""
+        T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        GH, P, n = G * H, self.P, chunk.steps
+        q, dt, dev = self.device.queue, self.dtype, self.device
+        beta = 0.0 if chunk.first else 1.0
+        rows = n * N
+        if dR is not None:
+            if mask is None and lens is None and not self.cell.two_phase:
+                # h[t-1] is y at the previous step (h0 at the first one): GEMMs on y shifted
+                # by one step, no gathered copy
+                for d in range(D):
+                    t0, t1 = self._chunk_times(chunk, d)
+                    rev = (self.rev_mask >> d) & 1
+                    if rev:     # t reads y[t+1], t = T-1 reads h0
+                        ya, yb, t_h0, shift = t0, min(t1, T - 1), T - 1, 1
+                    else:       # t reads y[t-1], t = 0 reads h0
+                        ya, yb, t_h0, shift = max(t0, 1), t1, 0, -1
+                    c_off = dR.offset + d * dR.stride
+                    gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd["y"], dR.array,
+                         trans_a=True, a_offset=(ya - t0) * N * D * GH + d * GH, lda=D * GH,
+                         b_offset=max(ya + shift, 0) * N * D * K + d * K, ldb=D * K,
+                         c_offset=c_off, beta=beta)
+                    if t0 <= t_h0 < t1 and (h0.sd or h0.sn):  # (stride 0: the zero state)
+                        gemm(dev, dt, GH, K, N, chunk.dgh, h0.array, dR.array, trans_a=True,
+                             a_offset=(t_h0 - t0) * N * D * GH + d * GH, lda=D * GH,
+                             b_offset=d * h0.sd, ldb=h0.sn, c_offset=c_off, beta=1.0)
+            else:
+                hin, hr = self._gather_hin(chunk, fwd, h0, mask, lens)
+                # gate rows [lo, hi) and their input; a two-phase GRU's o block reads hr
+                parts = [(0, GH, hin)]
+                if hr is not None:
+                    o = self.cell.gate_blocks[2] * H
+                    parts = [(0, o, hin), (o, o + H, hr), (o + H, GH, hin)]
+                for d in range(D):
+                    c_off = dR.offset + d * dR.stride
+                    for lo, hi, src in parts:
+                        gemm(dev, dt, hi - lo, K, rows, chunk.dgh, src, dR.array, trans_a=True,
+                             a_offset=d * GH + lo, lda=D * GH, b_offset=d * K, ldb=D * K,
+                             c_offset=c_off + lo * K, beta=beta)
+        if P:
+            for d in range(D):
+                t0, _ = self._chunk_times(chunk, d)
+                gemm(dev, dt, P, H, rows, chunk.dr, fwd["hs"], dwp.array, trans_a=True,
+                     a_offset=d * P, lda=D * P, b_offset=t0 * N * D * H + d * H, ldb=D * H,
+                     c_offset=dwp.offset + d * dwp.stride, beta=beta)
+        if res["dpeep"] is not None:
+            pg = self._program().kernel("pyrnn_peep_grad")
+            set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(chunk.s_lo),
+                     _I32(chunk.s_hi), dt.type(beta), chunk.dgx.base_data,
+                     self._or_dummy(fwd.get("cs") if T else None), c0.array.base_data,
+                     _I64(c0.sd), _I64(c0.sn), self._or_dummy(lens), res["dpeep"].base_data)
+            enqueue(q, pg, (H, G, D))
+
+    def _gather_hin(self, chunk, fwd, h0, mask, lens):
+        """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
+        two-phase GRU ``hr = hin . r``: the right-hand sides of the recurrent weight
+        gradient where lengths, a mask or the reset gate make them differ from y."""
+        N, D, K, n = self.N, self.D, self.K, chunk.steps
+        dt, dev = self.dtype, self.device
+        hin = temporary(dev, (max(n, 1), N, D * K), dt)
+        hr = temporary(dev, (max(n, 1), N, D * K), dt) if self.cell.two_phase else None
+        if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
-            set_args(knl, _I32(T), _I32(N), _I32(K), _I32(self.rev_mask), fwd["y"].base_data,
+            set_args(knl, _I32(self.T), _I32(N), _I32(K), _I32(self.rev_mask),
+                     _I32(chunk.s_lo), _I32(chunk.s_hi), fwd["y"].base_data,
                      h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
                      self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
                      self._or_dummy(hr))
-            enqueue(q, knl, (K // self.vw, N, T * D))
+            enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 
-    def recurrent_weight_gradient(self, fwd, grads, *, h0: StateView, mask=None, lens=None):
-        """``dR[d] = sum_t dgh[t, d]^T hin[t, d]`` ``[D][G*H][K]`` (one GEMM per direction over
-        all steps) and, with a projection, ``dW_proj[d] = sum_t dr[t, d]^T hs[t, d]``."""
-        T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
-        q, dt, dev = self.device.queue, self.dtype, self.device
-        GH = G * H
-        dR = empty(q, (D, GH, K), dt)
-        rows = T * N
-        dgh = grads["dgh"]
-        if mask is None and lens is None and not self.cell.two_phase and T:
-            # hin[t] is y at the previous step (h0 at the first): two GEMMs per direction on y
-            # shifted by one step, no gathered copy
+    def _chunk_input_gradients(self, chunk, side: InputSide):
+        """Add ``chunk``'s share to the gradients of ``gx = x W^T + b``: ``dx`` rows of the
+        chunk's times (``dgx W``, or the sum of every gate block without ``W``), ``dW`` and
+        ``db`` (the first chunk overwrites them)."""
+        N, H, D, G = self.N, self.H, self.D, self.G
+        GH, I, n = G * H, side.I, chunk.steps
+        dt, dev = self.dtype, self.device
+        beta = 0.0 if chunk.first else 1.0
+        rows = n * N
+        whole = n == self.T      # one chunk: every direction covers the same times
+        if side.dx is not None and side.w is not None:
+            if whole and D > 1 and side.w.stride == GH * I:    # W of both directions stacked
+                gemm(dev, dt, rows, I, D * GH, chunk.dgx, side.w.array, side.dx,
+                     b_offset=side.w.offset)
+            else:
+                for d in range(D):
+                    t0, _ = self._chunk_times(chunk, d)
+                    gemm(dev, dt, rows, I, GH, chunk.dgx, side.w.array, side.dx,
+                         a_offset=d * GH, lda=D * GH, b_offset=side.w.offset + d * side.w.stride,
+                         c_offset=t0 * N * I, beta=float(d > 0 if whole else D > 1))
+        elif side.dx is not None:   # skip input: dx = the sum of every gate block
+            if whole:
+                sum_rows(dev, dt, D * G, H, chunk.dgx, side.dx, batch=rows, stride_a=D * GH,
+                         stride_out=H)
+            else:       # (two directions: dx was zeroed, each adds its times)
+                for d in range(D):
+                    t0, _ = self._chunk_times(chunk, d)
+                    sum_rows(dev, dt, G, H, chunk.dgx, side.dx, a_offset=d * GH, batch=rows,
+                             stride_a=D * GH, out_offset=t0 * N * H, stride_out=H,
+                             beta=float(D > 1))
+        if side.dw is not None:
             for d in range(D):
-                rev = (self.rev_mask >> d) & 1
-                first, rest = (T - 1, 0) if rev else (0, 1)     # the step reading h0; the others
-                gemm(dev, dt, GH, K, (T - 1) * N, dgh, fwd["y"], dR, trans_a=True,
-                     a_offset=rest * N * D * GH + d * GH, lda=D * GH,
-                     b_offset=(1 - rest) * N * D * K + d * K, ldb=D * K, c_offset=d * GH * K)
-                if h0.sd or h0.sn:          # (a stride-0 view is the shared zero state)
-                    gemm(dev, dt, GH, K, N, dgh, h0.array, dR, trans_a=True,
-                         a_offset=first * N * D * GH + d * GH, lda=D * GH,
-                         b_offset=d * h0.sd, ldb=h0.sn, c_offset=d * GH * K, beta=1.0)
-            hin = hr = None
-        else:
-            hin, hr = self.recurrent_inputs(fwd, h0=h0, mask=mask, lens=lens)
-        for d in range(D if hin is not None else 0):
-            gemm(dev, dt, GH, K, rows, dgh, hin, dR, trans_a=True, a_offset=d * GH, lda=D * GH,
-                 b_offset=d * K, ldb=D * K, c_offset=d * GH * K)
-            if hr is not None:
-                o = self.cell.gate_blocks[2] * H
-                gemm(dev, dt, H, K, rows, dgh, hr, dR, trans_a=True, a_offset=d * GH + o,
-                     lda=D * GH, b_offset=d * K, ldb=D * K, c_offset=d * GH * K + o * K)
-        dwp = None
-        if self.P:
-            dwp = empty(q, (D, self.P, H), dt)
-            for d in range(D):
-                gemm(dev, dt, self.P, H, rows, grads["dr"], fwd["hs"], dwp, trans_a=True,
-                     a_offset=d * self.P, lda=D * self.P, b_offset=d * H, ldb=D * H,
-                     c_offset=d * self.P * H)
-        return dR, dwp
+                t0, _ = self._chunk_times(chunk, d)
+                gemm(dev, dt, GH, I, rows, chunk.dgx, side.x, side.dw.array, trans_a=True,
+                     a_offset=d * GH, lda=D * GH, b_offset=t0 * N * I, ldb=I,
+                     c_offset=side.dw.offset + d * side.dw.stride, ldc=I, beta=beta)
+        sums = [(side.db, chunk.dgx)]
+        if side.dhb is not None and (chunk.dgh is not chunk.dgx or side.db is None):
+            sums.append((side.dhb, chunk.dgh))   # (else backward copies db at the end)
+        for target, grads in sums:
+            if target is not None:
+                sum_rows(dev, dt, rows, GH, grads, target.array, lda=D * GH,
+                         out_offset=target.offset, batch=D, stride_a=GH, stride_out=target.stride,
+                         beta=beta)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Steps ``s_lo .. s_hi-1`` of a backward, their gate gradients in the chunk buffers."""
+
+    s_lo: int
+    s_hi: int
+    first: bool
+    dgx: cla.Array
+    dgh: cla.Array
+    dr: cla.Array | None
+
+    @property
+    def steps(self):
+        return self.s_hi - self.s_lo

@@ -229,19 +229,26 @@ class _Layer:
         dcn = q.dev("cell_gradient", cell_gradient, (N, D * H))
         dh0 = StateView(q.empty((N, D * H)), H, D * H)
         dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.kind == "lstm" else None
+        GH, I = self.G * H, self.I
+        # without an input weight the source gradient is the gate gradient itself: one chunk
+        full = self.W is None
+        dx = None if full else q.empty((T, N, I))
+        dW = q.empty((D * GH, I)) if self.W is not None else None
+        db = q.empty((D * GH,)) if self.b is not None else None
+        dhb = q.empty((D * GH,)) if self.hb is not None else None
+        side = engine.InputSide(
+            I, x=self.x, w=engine.Target(self.W, 0, GH * I) if self.W is not None else None,
+            dx=dx, dw=engine.Target(dW, 0, GH * I) if dW is not None else None,
+            db=engine.Target(db, 0, GH) if db is not None else None,
+            dhb=engine.Target(dhb, 0, GH) if dhb is not None else None)
         grads = self.rec.backward(
             fwd, self.R, h0=self.h0, c0=self.c0, dh0=dh0, dc0=dc0, hb=self.hb, peep=self.peep,
             mask=self.mask, dy=dy, dhn=StateView(dhn, H, D * H) if dhn is not None else None,
-            dcn=StateView(dcn, H, D * H) if dcn is not None else None)
-        dR, _ = self.rec.recurrent_weight_gradient(fwd, grads, h0=self.h0, mask=self.mask)
-        rows, width = T * N, D * self.G * H
-        dx, dW, db = engine.input_gradients(
-            q.device, q.dtype, grads["dgx"], rows, width, self.x, self.I, self.W,
-            need_dw=self.W is not None, need_db=self.b is not None)
-        if self.W is None:
+            dcn=StateView(dcn, H, D * H) if dcn is not None else None, inputs=side, full=full)
+        if full:
             dx = grads["dgx"]
-        return dict(dx=dx, dR=dR, dW=dW, db=db, dh0=dh0.array,
-                    dc0=dc0.array if dc0 else None, dpeep=grads["dpeep"], grads=grads)
+        return dict(dx=dx, dR=grads["dR"], dW=dW, db=db, dhb=dhb, dh0=dh0.array,
+                    dc0=dc0.array if dc0 else None, dpeep=grads["dpeep"])
 
     def saved_forward(self, z_state, y=None, cs=None):
         """The engine's forward dict rebuilt from what the gradient ops receive."""
@@ -317,22 +324,20 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
     if kind == "lstm" and init_cell is not None:
         res.append(call.out(g["dc0"], tuple(init_cell.shape)))
     if kind == "gru" and secondary_bias is not None:
-        res.append(call.out(_secondary_bias_gradient(layer, g["grads"]),
+        res.append(call.out(_secondary_bias_gradient(layer, g["dhb"]),
                             tuple(secondary_bias.shape)))
     return res
 
 
-def _secondary_bias_gradient(layer, grads):
-    """d b2 = sum over steps and rows of the o block's hidden-side gradient (reset-after only;
-    b2 does not enter a reset-before GRU)."""
-    from .gemm import sum_rows
-
+def _secondary_bias_gradient(layer, dhb):
+    """d b2 = sum over steps and rows of the o block's hidden-side gradient: the o block of
+    the hidden-side bias gradient ``dhb`` (reset-after only; b2 does not enter a reset-before
+    GRU, where ``dhb`` is None)."""
     q, D, H, GH = layer.call, layer.D, layer.H, layer.G * layer.H
     out = q.zeros((D * H,))
-    if layer.desc.reset_after and layer.T * layer.N:
+    if dhb is not None:
         o = layer.cell.gate_blocks[2] * H
-        sum_rows(q.device, q.dtype, layer.T * layer.N, H, grads["dgh"], out, a_offset=o,
-                 lda=D * GH, batch=D, stride_a=GH, stride_out=H)
+        engine.copy3(q.device, q.dtype, out, 0, (H, 0, 1), dhb, o, (GH, 0, 1), (D, 1, H))
     return out
 
 

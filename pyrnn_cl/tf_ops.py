@@ -273,12 +273,11 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     fwd = {"sav": sav, "y": hd, "cs": None, "hs": None}   # y is not read when T = 1
     rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     dh0 = q.empty((N, H))
-    grads = rec.backward(fwd, R, h0=StateView(hd, N * H, H), dh0=StateView(dh0, N * H, H),
-                         dy=q.dev("d_h", d_h))
-    dgx = grads["dgx"]
     d_x = q.empty((N, I))
-    engine.input_gradients(q.device, q.dtype, dgx, N, 3 * H, xd, I, W, dx=d_x, need_dw=False,
-                           need_db=False)
+    grads = rec.backward(fwd, R, h0=StateView(hd, N * H, H), dh0=StateView(dh0, N * H, H),
+                         dy=q.dev("d_h", d_h), need_dR=False, full=True,
+                         inputs=engine.InputSide(I, w=engine.Target(W, 0, 3 * H * I), dx=d_x))
+    dgx = grads["dgx"]
     d_c_bar, d_rbub = _col_outputs(q, dgx, N, 3 * H, [(2 * H, H), (0, 2 * H)],
                                    [(N, H), (N, 2 * H)])
     return q.out(d_x, (N, I)), q.out(dh0, (N, H)), d_c_bar, d_rbub
@@ -390,9 +389,10 @@ class _LSTM:
 
     # -- backward ---------------------------------------------------------------------------
 
-    def backward(self, gates, cs, h, cs_grad, h_grad):
+    def backward(self, gates, cs, h, cs_grad, h_grad, **more):
         """Engine backward from the given forward outputs; returns (engine fwd dict, grads,
-        dh0, dc0). ``gates`` maps ``i, f, c, o`` to ``(name, array)``."""
+        dh0, dc0). ``gates`` maps ``i, f, c, o`` to ``(name, array)``; ``more`` goes to
+        :meth:`Recurrence.backward` (weight gradients wanted, ``full``)."""
         q, T, N, H, GH = self.call, self.T, self.N, self.H, 4 * self.H
         sav = q.empty((T, N, GH))
         for g, (name, a) in gates.items():
@@ -402,7 +402,7 @@ class _LSTM:
         dh0, dc0 = StateView(q.empty((N, H)), N * H, H), StateView(q.empty((N, H)), N * H, H)
         grads = self.rec.backward(fwd, self.R, h0=self.h0, c0=self.c0, dh0=dh0, dc0=dc0,
                                   peep=self.peep, lens=self.lens, dy=q.dev("h_grad", h_grad),
-                                  dcs=q.dev("cs_grad", cs_grad))
+                                  dcs=q.dev("cs_grad", cs_grad), **more)
         return fwd, grads, dh0.array, dc0.array
 
     def peephole_grads(self, grads):
@@ -470,7 +470,8 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
     layer = _LSTM(call, _ICFO, False, x, cs_prev, h_prev, w, wci, wcf, wco, b,
                   use_peephole=use_peephole, extra=extra, need_w=False, need_b=False)
     gates = {"i": ("i", i), "f": ("f", f), "c": ("ci", ci), "o": ("o", o)}
-    _, grads, _, dc0 = layer.backward(gates, cs, None, cs_grad, h_grad)
+    _, grads, _, dc0 = layer.backward(gates, cs, None, cs_grad, h_grad, need_dR=False,
+                                      full=True)
     N, H = layer.N, layer.H
     return (call.out(dc0, (N, H)), call.out(grads["dgx"], (N, 4 * H)),
             *layer.peephole_grads(grads))
@@ -520,10 +521,11 @@ def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, 
                   need_b=False)
     q, T, N, I, H, GH = call, layer.T, layer.N, layer.I, layer.H, 4 * layer.H
     gates = {"i": ("i", i), "f": ("f", f), "c": ("ci", ci), "o": ("o", o)}
-    fwd, grads, dh0, dc0 = layer.backward(gates, cs, h, cs_grad, h_grad)
-    dR, _ = layer.rec.recurrent_weight_gradient(fwd, grads, h0=layer.h0, lens=layer.lens)
-    x_grad, dW, db = engine.input_gradients(q.device, q.dtype, grads["dgx"], T * N, GH,
-                                            layer.x, I, layer.W)
+    x_grad, dW, db = q.empty((T, N, I)), q.empty((GH, I)), q.empty((GH,))
+    side = engine.InputSide(I, x=layer.x, w=engine.Target(layer.W, 0, GH * I), dx=x_grad,
+                            dw=engine.Target(dW, 0, GH * I), db=engine.Target(db, 0, GH))
+    _, grads, dh0, dc0 = layer.backward(gates, cs, h, cs_grad, h_grad, inputs=side)
+    dR = grads["dR"]
     w_grad = q.empty((I + H, GH))   # [dWᵀ ; dRᵀ]
     _transpose_into(q, w_grad, 0, GH, dW, 0, I, GH, I)
     _transpose_into(q, w_grad, I * GH, GH, dR, 0, H, GH, H)

@@ -209,6 +209,44 @@ def test_cudnn_projection_dropout_lengths_batch_major(device):
                                          dropout_masks=masks), "cudnn_rnn_backprop")
 
 
+@pytest.mark.parametrize("seq_bytes", [0, 1 << 20], ids=["per-step", "whole-chunk"])
+def test_backward_in_chunks(device, monkeypatch, seq_bytes):
+    """The backward in chunks of one step (``REC_BWD_ROWS = N``): the gate-gradient ring, chunk
+    offsets of the cell, projection and second GRU kernels, ``pyrnn_gather_hin`` and
+    ``pyrnn_peep_grad`` per chunk. A bidirectional LSTM layer pair with lengths (one 0) and a
+    projection (per-step kernels only), then a reversed reset-before GRU with a mask and a
+    bidirectional LSTM with peepholes, on the per-step or the whole-chunk kernels."""
+    original = device.tuning
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out.update(REC_BWD_ROWS=1, REC_SEQ_BYTES=seq_bytes)
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    rng = np.random.default_rng(9)
+    T, N, I, H, P, L = 3, 3, 2, 3, 2, 2
+    kw = dict(rnn_mode="lstm", direction="bidirectional", num_proj=P)
+    params = _r(rng, rc.cudnn_rnn_params_size(L, H, I, **kw))
+    x, h0, c0 = _r(rng, T, N, I), _r(rng, 2 * L, N, P), _r(rng, 2 * L, N, H)
+    lens = np.array([2, 0, 3], np.int32)
+    y, hn, cn, res, host = rc.cudnn_rnn(x, h0, c0, params, lens, **kw, device=device)
+    up = (_r(rng, *y.shape), _r(rng, *hn.shape), _r(rng, *cn.shape))
+    got = rc.cudnn_rnn_backprop(x, h0, c0, params, lens, y, hn, cn, *up, res, host, **kw,
+                                device=device)
+    _all_close(got, C.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw), "chunked cudnn")
+    H = 4
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 3 * H, H, scale=0.3),
+             input_weight=_r(rng, 3 * H, I), bias=_r(rng, 3 * H), init_state=_r(rng, N, H),
+             mask=rng.uniform(0.5, 1.5, (T, N, H)).astype(F32))
+    _mps("gru", device, a, rc.GRUDescriptor(reset_after=False, reverse=True, training=True))
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H),
+             input_weight=_r(rng, 8 * H, I), bias=_r(rng, 8 * H), init_state=_r(rng, N, 2 * H),
+             init_cell=_r(rng, N, 2 * H), peephole=_r(rng, 2, 4 * H))
+    _mps("lstm", device, a, rc.LSTMDescriptor(bidirectional=True, training=True))
+
+
 def test_cudnn_skip_input_batch_513(device):
     """ReLU RNN with skip_input (the broadcast copy of x over the gates, the batched
     ``pyrnn_sum_rows`` of dx), N = 513, H = I = 1."""

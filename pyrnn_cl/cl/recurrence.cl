@@ -117,6 +117,30 @@ PYRNN_FUNC long carry_off(int t, int n, int d, int N, int D, int H)
     return seq_off(t & 1, n, d, N, D, H);
 }
 
+/* The backward writes gate gradients (and dr) in chunks of steps: a chunk buffer [s_hi - s_lo][N]
+ * [D][W] holds the steps s_lo .. s_hi-1 of every direction, each direction's earliest time of the
+ * chunk in row 0 (time s_lo; reversed, T - s_hi). The weight-gradient GEMMs consume a chunk before
+ * the next one overwrites it, so the workspace does not grow with T. With `ring` set the hidden-side
+ * gate gradients of the last two steps are also kept in gring [2][N][D][G*H] (slot t % 2), where
+ * the next step reads them (they may lie in the previous chunk); without, the one chunk holds
+ * every step and is read directly. */
+#define CHUNK_PARAMS const int s_lo, const int s_hi, const int ring, __global real *gring
+#define CHUNK_ARGS s_lo, s_hi, ring, gring
+
+PYRNN_FUNC long chunk_off(int t, int n, int d, int rev, int T, int s_lo, int s_hi, int N, int D,
+                          int W)
+{
+    return seq_off(t - (rev ? T - s_hi : s_lo), n, d, N, D, W);
+}
+
+/* The hidden-side gate gradients [G*H] of (tn, n, d), a step processed before the current one. */
+PYRNN_FUNC __global const real *prev_gates(__global const real *dgh, int tn, int n, int d,
+                                           int rev, int T, int N, int D, int GH, CHUNK_PARAMS)
+{
+    return ring ? gring + seq_off(tn & 1, n, d, N, D, GH)
+                : dgh + chunk_off(tn, n, d, rev, T, s_lo, s_hi, N, D, GH);
+}
+
 /* The per-unit inputs of the cell maths for units j .. j+VW of one row: h[t-1] (when the cell
  * reads it), the mask m[t] (ones without one) and c[t-1] (zero without a cell state). Shared by
  * the forward and backward step. */
@@ -475,7 +499,7 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
                              __global const real *dy, __global real *dr,
                              __global const real *dhn, const long dhn_sd, const long dhn_sn,
                              __global real *dh0, const long dh0_sd, const long dh0_sn,
-                             __global const int *lens)
+                             __global const int *lens, CHUNK_PARAMS)
 {
     const int PV = P / REC_VW, GH = CELL_G * H;
     const int D = get_global_size(1) / PV;
@@ -489,7 +513,8 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     for (int b = 0; b < REC_NB; ++b) {
         row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
         ok[b] = row[b].valid && row[b].tn >= 0;
-        src[b] = ok[b] ? dgh + seq_off(row[b].tn, row[b].n, d, N, D, GH) : zrow;
+        src[b] = ok[b] ? prev_gates(dgh, row[b].tn, row[b].n, d, rev, T, N, D, GH, CHUNK_ARGS)
+                       : zrow;
         acc[b] = VZERO;
     }
     column_product(acc, src, 0, rt + (long)(d * PV + p / REC_VW) * GH * REC_VW, GH);
@@ -507,7 +532,7 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 #if HAS_DY
         if (row[b].valid) g += LOADV(dy + seq_off(t, n, d, N, D, P) + p);
 #endif
-        STOREV(row[b].valid ? g : VZERO, dr + seq_off(t, n, d, N, D, P) + p);
+        STOREV(row[b].valid ? g : VZERO, dr + chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, P) + p);
     }
 }
 #endif
@@ -524,10 +549,10 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     __global real *dc0, const long dc0_sd, const long dc0_sn, \
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
-    __global const real *mask, __global const int *lens, const real clip
+    __global const real *mask, __global const int *lens, const real clip, CHUNK_PARAMS
 #define BWD_ARGS sav, dgx, dgh, wt, zrow, rpk, hb, peep, y, cs, dy, dhn, dhn_sd, dhn_sn, dcn, \
     dcn_sd, dcn_sn, dcs, carry_h, carry_c, dh0, dh0_sd, dh0_sn, dc0, dc0_sd, dc0_sn, h0, h0_sd, \
-    h0_sn, c0, c0_sd, c0_sn, mask, lens, clip
+    h0_sn, c0, c0_sd, c0_sn, mask, lens, clip, CHUNK_ARGS
 
 /* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
@@ -549,12 +574,12 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
         const int nn = min(row[b].n, N - 1);
         acc[b] = VZERO;
 #if HAS_PROJ
-        /* dh[t] = dr[t] W_proj  (W = W_proj [D][P][H], `dy` holds dr) */
+        /* dh[t] = dr[t] W_proj  (W = W_proj [D][P][H], `dy` holds the chunk of dr) */
         ok[b] = s >= 0 && row[b].valid;
-        src[b] = ok[b] ? dy + seq_off(t, nn, d, N, D, K) : zrow;
+        src[b] = ok[b] ? dy + chunk_off(t, nn, d, rev, T, s_lo, s_hi, N, D, K) : zrow;
 #else
         ok[b] = row[b].valid && row[b].tn >= 0;
-        src[b] = ok[b] ? dgh + seq_off(row[b].tn, nn, d, N, D, GH) : zrow;
+        src[b] = ok[b] ? prev_gates(dgh, row[b].tn, nn, d, rev, T, N, D, GH, CHUNK_ARGS) : zrow;
 #endif
     }
     /* this direction's slab of the transposed pack: [rows][VW] for units j .. j+VW */
@@ -628,14 +653,15 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             continue;
         }
         const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
+        const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
         const long c_off = carry_off(t, n, d, N, D, H);
         if (!row[b].valid) {
             /* past the row's length: zero gate gradients (the weight-gradient GEMMs sum every
-             * row); no carry: nothing reads one of an invalid time, and the ring slot may hold
-             * the carry of the row's first step, still to be read by the pseudo-step */
+             * row); nothing in the rings: nothing reads a step of an invalid time, and their
+             * slots may hold the row's first step, still to be read by the pseudo-step */
             for (int k = 0; k < CELL_G; ++k) {
-                STOREV(VZERO, dgx + g_off + gate_blk(k) * H + j);
-                STOREV(VZERO, dgh + g_off + gate_blk(k) * H + j);
+                STOREV(VZERO, dgx + gc_off + gate_blk(k) * H + j);
+                STOREV(VZERO, dgh + gc_off + gate_blk(k) * H + j);
             }
             continue;
         }
@@ -673,8 +699,9 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #endif
         cell_bwd(sv, hp, mv, cp, cv, hnv, pv, clip, dh, dc, dx, dhh, &ch, &cc);
         for (int k = 0; k < CELL_G; ++k) {
-            STOREV(dx[k], dgx + g_off + gate_blk(k) * H + j);
-            STOREV(dhh[k], dgh + g_off + gate_blk(k) * H + j);
+            STOREV(dx[k], dgx + gc_off + gate_blk(k) * H + j);
+            STOREV(dhh[k], dgh + gc_off + gate_blk(k) * H + j);
+            if (ring) STOREV(dhh[k], gring + seq_off(t & 1, n, d, N, D, GH) + gate_blk(k) * H + j);
         }
         STOREV(ch, carry_h + c_off + j);
 #if CELL_HAS_C
@@ -689,12 +716,13 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
     bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS);
 }
 
-/* The whole backward in one launch: steps steps-1 .. 0, then the pseudo-step -1 (gradients of h0
- * and c0); work split and barriers as in pyrnn_fwd_seq. */
+/* A chunk of the backward in one launch: steps s_hi-1 .. s_last (s_lo, or -1 in the last chunk:
+ * the pseudo-step that writes the gradients of h0 and c0); work split and barriers as in
+ * pyrnn_fwd_seq. */
 __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int steps, BWD_PARAMS)
+                            const int s_last, BWD_PARAMS)
 {
-    for (int s = steps - 1; s >= -1; --s) {
+    for (int s = s_hi - 1; s >= s_last; --s) {
         bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
@@ -709,7 +737,7 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
                           __global const real *y,
                           __global real *carry_h,
                           __global const real *h0, const long h0_sd, const long h0_sn,
-                          __global const real *mask, __global const int *lens)
+                          __global const real *mask, __global const int *lens, CHUNK_PARAMS)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
@@ -723,7 +751,7 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
     for (int b = 0; b < REC_NB; ++b) {
         row[b] = bwd_row_info(b, s, t, rev, N, T, lens);
         ok[b] = row[b].valid;
-        src[b] = ok[b] ? dgh + seq_off(t, row[b].n, d, N, D, GH) : zrow;
+        src[b] = ok[b] ? dgh + chunk_off(t, row[b].n, d, rev, T, s_lo, s_hi, N, D, GH) : zrow;
         q[b] = VZERO;
     }
     const int blk_o = gate_blk(CELL_GA) * H;
@@ -740,11 +768,13 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
         const realV mv = VONE;
 #endif
         const long g_off = seq_off(t, n, d, N, D, GH), c_off = carry_off(t, n, d, N, D, H);
+        const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
         const int blk_r = gate_blk(1) * H + j;
         realV da_r, ch = LOADV(carry_h + c_off + j);
         cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
-        STOREV(da_r, dgx + g_off + blk_r);
-        STOREV(da_r, dgh + g_off + blk_r);
+        STOREV(da_r, dgx + gc_off + blk_r);
+        STOREV(da_r, dgh + gc_off + blk_r);
+        if (ring) STOREV(da_r, gring + seq_off(t & 1, n, d, N, D, GH) + blk_r);
         STOREV(ch, carry_h + c_off + j);
     }
 }
@@ -804,20 +834,24 @@ __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_m
                                            : init[d * i_sd + n * i_sn + k];
 }
 
-/* Inputs of the recurrent product for every step, for the weight-gradient GEMM:
- * hin[t][n][d][k] = h[t-1] . m[t] (zero past len); with a two-phase GRU also
- * hr[t][n][d][k] = hin . r[t]. Global size (K/VW, N, T*D): VW elements per work-item. */
+/* Inputs of the recurrent product for the steps s_lo .. s_hi-1 (a backward chunk), for the
+ * weight-gradient GEMM: hin[t][n][d][k] = h[t-1] . m[t] (zero past len); with a two-phase GRU
+ * also hr[t][n][d][k] = hin . r[t]; both laid out as the chunk buffers. Global size
+ * (K/VW, N, (s_hi - s_lo)*D): VW elements per work-item. */
 __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int rev_mask,
+                               const int s_lo, const int s_hi,
                                __global const real *y, __global const real *h0, const long h0_sd,
                                const long h0_sn, __global const real *mask,
                                __global const int *lens, __global const real *sav,
                                __global real *hin, __global real *hr)
 {
     const int k = get_global_id(0) * REC_VW, n = get_global_id(1);
-    const int D = get_global_size(2) / T;
-    const int t = get_global_id(2) / D, d = get_global_id(2) % D;
+    const int D = get_global_size(2) / (s_hi - s_lo);
+    const int i = get_global_id(2) / D, d = get_global_id(2) % D;
+    const int rev = (rev_mask >> d) & 1;
+    const int t = i + (rev ? T - s_hi : s_lo);
     const int len = row_len(lens, n, T);
-    const int tp = prev_time(t, (rev_mask >> d) & 1, len, T);
+    const int tp = prev_time(t, rev, len, T);
     realV v = VZERO;
     if (t < len) {
         v = LOADV((tp >= 0 ? y + seq_off(tp, n, d, N, D, K) : h0 + d * h0_sd + n * h0_sn) + k);
@@ -825,17 +859,19 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
         v *= LOADV(mask + seq_off(t, n, d, N, D, K) + k);
 #endif
     }
-    STOREV(v, hin + seq_off(t, n, d, N, D, K) + k);
+    STOREV(v, hin + seq_off(i, n, d, N, D, K) + k);
 #if CELL_GA < CELL_G
     STOREV(v * LOADV(sav + seq_off(t, n, d, N, D, CELL_G * K) + gate_blk(1) * K + k),
-           hr + seq_off(t, n, d, N, D, K) + k);
+           hr + seq_off(i, n, d, N, D, K) + k);
 #endif
 }
 
 #if HAS_PEEP
-/* Peephole gradients: dpeep[d][blk_k*H + j] = sum over valid (t, n) of da_k . c, with c = c[t-1]
- * (c[t] for TensorFlow's output gate). Global size (H, CELL_G, D). */
+/* Peephole gradients: dpeep[d][blk_k*H + j] = beta * dpeep + the sum over valid (t, n) of the
+ * steps s_lo .. s_hi-1 of da_k . c, with c = c[t-1] (c[t] for TensorFlow's output gate) and da_k
+ * from the chunk buffer dgx. Global size (H, CELL_G, D). */
 __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int rev_mask,
+                              const int s_lo, const int s_hi, const real beta,
                               __global const real *dgx, __global const real *cs,
                               __global const real *c0, const long c0_sd, const long c0_sn,
                               __global const int *lens, __global real *dpeep)
@@ -843,19 +879,21 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
     const int j = get_global_id(0), k = get_global_id(1), d = get_global_id(2);
     const int D = get_global_size(2), GH = CELL_G * H;
     const int rev = (rev_mask >> d) & 1, blk = gate_blk(k) * H + j;
+    const int t0 = rev ? T - s_hi : s_lo, t1 = t0 + s_hi - s_lo;
     real acc = 0;
     for (int n = 0; n < N; ++n) {
         const int len = row_len(lens, n, T);
-        for (int t = 0; t < len; ++t) {
+        for (int t = t0; t < min(t1, len); ++t) {
             const int tp = prev_time(t, rev, len, T);
             real c = tp >= 0 ? cs[seq_off(tp, n, d, N, D, H) + j] : c0[d * c0_sd + n * c0_sn + j];
 #if LSTM_PEEP == 2
             if (k == 3) c = cs[seq_off(t, n, d, N, D, H) + j];
             if (k == 2) c = 0;
 #endif
-            acc += dgx[seq_off(t, n, d, N, D, GH) + blk] * c;
+            acc += dgx[chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH) + blk] * c;
         }
     }
+    if (beta != 0) acc += beta * dpeep[d * GH + blk];
     dpeep[d * GH + blk] = acc;
 }
 #endif

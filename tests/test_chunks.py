@@ -1,0 +1,162 @@
+"""The backward in chunks of steps (``REC_BWD_ROWS``): every dialect against its independent
+float64 reference with the chunk forced small, on both kernel paths.
+
+The backward keeps gate gradients only for a chunk of steps; the weight, bias, input,
+projection and peephole gradients are sums over chunks, and the next step reads the previous
+step's gate gradients from a two-step ring when that step lies in the chunk before. Everything
+that can go wrong there shows with one step per chunk (every step crosses a chunk border) and
+with 3 steps of T = 7 (uneven chunks: 3, 3, 1): directions whose chunks cover different times
+(bidirectional), sequence lengths (rows idle at the border; the pseudo-step reading a reverse
+row's first step from an earlier chunk), masks and GRU's reset-gate inputs (gathered per chunk),
+projections, skip_input (dx as block sums), two-phase GRU and TensorFlow's per-step dc.
+
+Oracles: ``tests/reference/cudnn_ref.py``, ``mps_ref.py`` and ``tf_ref.py`` (the same as the
+dialect tests); the kernel path is either the whole-chunk kernel (``pyrnn_bwd_seq``) or one
+launch per step (``REC_SEQ_BYTES = 0``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import pyrnn_cl as rc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shapes as S  # noqa: E402
+import test_cudnn as TC  # noqa: E402
+import test_mps as TM  # noqa: E402
+import test_tf_ops as TT  # noqa: E402
+from conftest import needs_fp64  # noqa: E402
+
+T = 7
+
+
+@pytest.fixture(params=[("seq", 1), ("seq", 3), ("step", 1), ("step", 3)],
+                ids=["seq-1", "seq-3", "step-1", "step-3"])
+def chunked(device, monkeypatch, request):
+    """``device`` with backward chunks of 1 or 3 steps, on the whole-chunk or per-step path;
+    yields the steps per chunk (for N rows, ``REC_BWD_ROWS = steps * N``)."""
+    needs_fp64(device)
+    path, steps = request.param
+    original = device.tuning
+    state = {"N": 1}
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out["REC_BWD_ROWS"] = steps * state["N"]
+            if path == "step":
+                out["REC_SEQ_BYTES"] = 0
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    yield state
+
+
+def _chunks_used(monkeypatch):
+    """Records the chunk size of every backward, to prove the chunking happened."""
+    from pyrnn_cl import engine
+
+    seen = []
+    original = engine.Recurrence.chunk_steps
+
+    def chunk_steps(self, full=False):
+        steps = original(self, full)
+        seen.append((steps, self.T, full))
+        return steps
+
+    monkeypatch.setattr(engine.Recurrence, "chunk_steps", chunk_steps)
+    return seen
+
+
+@pytest.mark.parametrize("mode,D,lens,input_mode", [
+    ("rnn_tanh", 2, None, "linear_input"),
+    ("lstm", 1, [3, 0, 7, 1], "linear_input"),
+    ("lstm", 2, [3, 0, 7, 1], "linear_input"),
+    ("gru", 2, None, "linear_input"),
+    ("gru", 2, [2, 7, 0, 5], "skip_input"),
+    ("lstm_proj", 2, [3, 0, 7, 1], "linear_input"),
+    ("lstm_proj", 1, None, "linear_input"),
+])
+def test_cudnn_chunked(device, chunked, monkeypatch, mode, D, lens, input_mode):
+    """Two layers, unsorted lengths with 0 and T, every gradient vs cudnn_ref."""
+    P = TC.P_ if mode == "lstm_proj" else 0
+    mode = "lstm" if mode == "lstm_proj" else mode
+    N, H = 4, TC.H_
+    I = H if input_mode == "skip_input" else TC.I_
+    chunked["N"] = N
+    seen = _chunks_used(monkeypatch)
+    x, h0, c0, params, kw = TC._problem(mode, 2, D, P, I=I, T=T, N=N, seed=21,
+                                        input_mode=input_mode)
+    lens = None if lens is None else np.array(lens, np.int32)
+    seq = (T, N, D * (P or H))
+    up = TC._upstream([seq, h0.shape, c0.shape if mode == "lstm" else None], ())
+    out, grads = TC._lib(device, x, h0, c0, params, lens, up, kw)
+    r_out = TC.ref.cudnn_rnn_forward(x, h0, c0, params, lens, **kw)
+    r_grads = TC.ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw)
+    for i in range(3):
+        TC._assert_close(out[i], r_out[i], TC.F64_TOL, f"output {i}")
+    for i, name in enumerate(("input_backprop", "input_h_backprop", "input_c_backprop",
+                              "params_backprop")):
+        TC._assert_close(grads[i], r_grads[i], TC.F64_TOL, name)
+    assert seen and all(steps < t for steps, t, _ in seen), seen   # several chunks ran
+
+
+@pytest.mark.parametrize("kind,flags,present", [
+    ("lstm", dict(bidirectional=True), ("mask", "peephole", "init_state", "init_cell")),
+    ("lstm", dict(reverse=True), ("peephole", "init_state")),
+    ("gru", dict(bidirectional=True, reset_after=True), ("mask", "secondary_bias", "init_state")),
+    ("gru", dict(reverse=True, reset_after=False), ("mask", "init_state")),
+    ("rnn", dict(bidirectional=True), ("mask",)),
+])
+def test_mps_chunked(device, chunked, monkeypatch, kind, flags, present):
+    """MPSGraph gradients with input weights and biases (accumulated over chunks) vs mps_ref;
+    T = 7, N = 5, I = 3, H = 11."""
+    shape = S.Shape("chunks", T=T, N=5, I=3, H=11)
+    chunked["N"] = shape.N
+    seen = _chunks_used(monkeypatch)
+    desc = TM.desc_of(kind, **{**TM.default_flags(kind), **flags})
+    inputs = S.layer_inputs(kind, shape, bidirectional=desc.bidirectional, seed=23,
+                            present=("input_weight", "bias") + present)
+    TM.check_against_reference(device, kind, desc, inputs)
+    assert any(steps < t for steps, t, full in seen if not full), seen
+
+
+@pytest.mark.parametrize("seq_len_max", [T, 4], ids=["full", "short"])
+def test_block_lstm_chunked(device, chunked, monkeypatch, seq_len_max):
+    """TensorFlow BlockLSTMGrad (peepholes, cell clip, per-step dc) vs tf_ref."""
+    p = TT._lstm_inputs(t=T, seed=29, scale=0.8)
+    chunked["N"] = p["x"].shape[1]
+    seen = _chunks_used(monkeypatch)
+    kw = TT._block_kw(False, 1.0, 0.7, True)
+    out, ref, grads, gref = TT._run_block(device, False, seq_len_max, p, kw)
+    TT._close(out, ref, TT.TOL64, "block_lstm")
+    TT._close(grads, gref, TT.TOL64, "block_lstm_grad")
+    assert any(steps < t for steps, t, full in seen if not full), seen
+
+
+def test_chunk_size_follows_rows(device, monkeypatch):
+    """``chunk_steps``: about REC_BWD_ROWS rows per chunk, at least one step, at most T;
+    every step with ``full``."""
+    from pyrnn_cl import engine
+    from pyrnn_cl.cells import CellSpec
+
+    original = device.tuning
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out["REC_BWD_ROWS"] = 100
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    spec = CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3))
+    for (T_, N_), want in {(50, 8): 13, (50, 1): 50, (50, 200): 1, (5, 8): 5, (0, 8): 1}.items():
+        rec = engine.Recurrence(device, np.float32, spec, T=T_, N=N_, H=4)
+        assert rec.chunk_steps() == want, (T_, N_)
+        assert rec.chunk_steps(full=True) == max(T_, 1)
+
