@@ -265,7 +265,7 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c,
                          [("r", r, 1), ("u", u, 1), ("c", c, 1), ("d_h", d_h, 1)])
     q = call
-    xd, hd = q.dev("x", x), q.dev("h_prev", h_prev)
+    hd = q.dev("h_prev", h_prev)
     W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
     sav = q.empty((1, N, 3 * H))                      # saved gates, blocks [r | u | c]
     for k, (name, a) in enumerate((("r", r), ("u", u), ("c", c))):

@@ -23,7 +23,6 @@ import sys
 import numpy as np
 import pytest
 
-import pyrnn_cl as rc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes as S  # noqa: E402
