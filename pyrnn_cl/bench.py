@@ -29,10 +29,11 @@ FLOP convention (stated in the output too): per layer and direction,
 NumPy's SGEMM 1024^3 measured in the same run with the same thread count. ``ratio`` is
 PyTorch time / our time (> 1: we are faster), from the medians.
 
-The memory column is an estimate of the device bytes our engine allocates per call, from its
+The memory columns are an estimate of the device bytes our engine allocates per call, from its
 buffer shapes (:func:`memory_estimate`): inputs, *reserve* (what the forward keeps for backward:
-saved gates, h and c sequences), forward workspace (packed weights) and backward workspace
-(gate gradients, the two-step carry ring, the rebuilt h sequence, gradient outputs).
+saved gates, h and c sequences), forward workspace (packed weights), backward workspace that
+does not grow with T (packs, one chunk of gate gradients, two-step rings), backward
+temporaries that do grow with T, and the gradient outputs.
 """
 
 from __future__ import annotations
@@ -448,35 +449,51 @@ class _Torch:
 # {{{ memory estimate
 
 
-def memory_estimate(cfg: BenchConfig, itemsize: int = 4) -> dict:
+def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
+                    dialect: str = "mps") -> dict:
     """Device bytes our engine allocates for one forward and one forward+backward of ``cfg``
-    (MPSGraph path, per layer, summed), from the engine's buffer shapes.
+    (per layer, summed), from the engine's buffer shapes; ``bwd_rows`` is the device's
+    ``REC_BWD_ROWS`` (rows of gate gradients per backward chunk), ``dialect`` ``"mps"`` or
+    ``"cudnn"``.
 
     ``inputs``: source, weights, biases, upstream gradient. ``reserve``: what the training
     forward returns for backward (saved gates ``[T][N][D*G*H]``, h ``[T][N][D*H]`` and the LSTM
-    cell sequence). ``fwd_workspace``: the packed recurrent weights. ``bwd_workspace``: the
-    transposed pack of R (and for GRU the forward pack again), gate gradients (two arrays for
-    GRU), the two-step carry ring, the recomputed h sequence (LSTM gradients rebuild it from the
-    saved gates), and the gradient outputs.
+    cell sequence). ``fwd_workspace``: the packed R (small layers also pack W: not counted).
+    ``bwd_workspace``: the backward's
+    temporaries that do not grow with T: the transposed pack of R (and for GRU the forward pack
+    again), the gate gradients of one chunk of steps (two arrays for GRU), the two-step rings of
+    gate gradients and carries. ``bwd_sequence``: temporaries that do grow with T: the h
+    sequence the MPSGraph LSTM gradient rebuilds from the saved gates it is given; in the cuDNN
+    dialect each layer's parts of reserve_space copied out, and the gradient passed down
+    between layers. ``grad_outputs``: dx, dW, dR, db.
     """
     T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
     lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
-    inputs = reserve = fwd_ws = bwd_ws = 0
-    for width in cfg.layer_inputs():
+    steps = max(1, min(T, -(-bwd_rows // max(N, 1))))
+    out = dict.fromkeys(("inputs", "reserve", "fwd_workspace", "bwd_workspace", "bwd_sequence",
+                         "grad_outputs"), 0)
+    widths = cfg.layer_inputs()
+    for l, width in enumerate(widths):
         GH = D * G * H
         seq_h = T * N * D * H
-        inputs += T * N * width + GH * width + D * G * H * H + GH + (D * H if gru else 0)
-        reserve += T * N * GH + seq_h + (seq_h if lstm else 0)
+        out["inputs"] += T * N * width + GH * width + D * G * H * H + GH + (D * H if gru else 0)
+        reserve = T * N * GH + seq_h + (seq_h if lstm else 0)
+        out["reserve"] += reserve
         packed = D * G * H * H
-        fwd_ws += packed                                         # R packed
-        bwd_ws += packed * (2 if gru else 1)                     # transposed pack (+ R again)
-        bwd_ws += T * N * GH * (2 if gru else 1)                 # dgx (+ dgh)
-        bwd_ws += 2 * N * D * H * (2 if lstm else 1)             # carry ring (+ carry_c)
-        bwd_ws += seq_h if lstm else 0                           # y rebuilt from the gates
-        # (no gathered recurrent-product inputs: without a mask dR reads y shifted by a step)
-        bwd_ws += T * N * width + GH * width + D * G * H * H + GH  # dx, dW, dR, db
-    inputs += T * N * D * H                                      # dy of the last layer
-    out = dict(inputs=inputs, reserve=reserve, fwd_workspace=fwd_ws, bwd_workspace=bwd_ws)
+        out["fwd_workspace"] += packed                             # R packed
+        bwd = packed * (2 if gru else 1)                           # transposed pack (+ R)
+        bwd += steps * N * GH * (2 if gru else 1)                  # one chunk of dgx (+ dgh)
+        bwd += 2 * N * GH if steps < T else 0                      # gate-gradient ring
+        bwd += 2 * N * D * H * (2 if lstm else 1)                  # carry ring (+ carry_c)
+        out["bwd_workspace"] = max(out["bwd_workspace"], bwd)     # one layer at a time
+        if dialect == "cudnn":
+            seq = reserve + (T * N * width if l else 0)            # reserve copies, x of l > 0
+            seq += T * N * width                                   # dx: dy of the layer below
+        else:
+            seq = seq_h if lstm else 0                             # y rebuilt from the gates
+        out["bwd_sequence"] = max(out["bwd_sequence"], seq)
+        out["grad_outputs"] += GH * width + D * G * H * H + GH + (T * N * width if not l else 0)
+    out["inputs"] += T * N * D * H                                 # dy of the last layer
     return {k: v * itemsize for k, v in out.items()}
 
 # }}}
@@ -699,6 +716,9 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         if cfg.layers > 1 and ours.dialect != "cudnn":
             entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
         entry["dialect"] = ours.dialect
+        rows = int(dev.tuning("recurrence").get("REC_BWD_ROWS", 2048))
+        entry["memory_bytes"] = memory_estimate(
+            cfg, bwd_rows=rows, dialect="cudnn" if ours.dialect == "cudnn" else "mps")
         y_ours = ours.forward_output() if check and torch_mod is not None else None
         tm = (_Torch(cfg, weights, x, dy, threads, torch_device) if torch_mod is not None
               else None)
@@ -803,13 +823,15 @@ def format_table(result: dict) -> str:
         "Device memory per call, MiB (estimate from the engine's buffers):",
         "",
               "| config | dialect | inputs | reserve (saved for backward) | fwd workspace | "
-              "bwd workspace | max abs diff vs torch (fwd y) | note |",
-              "|" + "---|" * 8]
+              "bwd workspace (not growing with T) | bwd temporaries growing with T | "
+              "gradient outputs | max abs diff vs torch (fwd y) | note |",
+              "|" + "---|" * 10]
     for e in result["configs"]:
         mb = e["memory_bytes"]
         lines.append(
             f"| {e['config']['name']} | {e.get('dialect', '-')} | {_mib(mb['inputs'])} | "
             f"{_mib(mb['reserve'])} | {_mib(mb['fwd_workspace'])} | {_mib(mb['bwd_workspace'])} "
+            f"| {_mib(mb.get('bwd_sequence', 0))} | {_mib(mb.get('grad_outputs', 0))} "
             f"| {_f(e['max_abs_diff_vs_torch'], '{:.1e}')} | {e['note'] or ''} |")
     return "\n".join(lines)
 

@@ -17,8 +17,10 @@ launch per step (``REC_SEQ_BYTES = 0``).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -159,3 +161,52 @@ def test_chunk_size_follows_rows(device, monkeypatch):
         assert rec.chunk_steps() == want, (T_, N_)
         assert rec.chunk_steps(full=True) == max(T_, 1)
 
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_backward_temporaries_do_not_grow_with_T(device, monkeypatch, kind):
+    """Every temporary the engine's backward takes (packs, the chunk of gate gradients, rings,
+    gathered inputs) is the same size for T = 6 and T = 60: with REC_BWD_ROWS = 2 N the gate
+    gradients of all steps never exist at once. (The forward's outputs, the reserve, are
+    the caller's.)"""
+    from pyrnn_cl import engine
+
+    original = device.tuning
+
+    def tuning(family):
+        out = dict(original(family))
+        if family == "recurrence":
+            out["REC_BWD_ROWS"] = 2 * 5
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+    live = {"now": 0, "peak": 0}
+    real = engine.temporary
+
+    def release(size):
+        live["now"] -= size
+
+    def temporary(dev, shape, dtype):
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        a = real(dev, shape, dtype)
+        live["now"] += size
+        live["peak"] = max(live["peak"], live["now"])
+        weakref.finalize(a, release, size)
+        return a
+
+    monkeypatch.setattr(engine, "temporary", temporary)
+    peaks = []
+    for T_ in (6, 60):
+        shape = S.Shape("grow", T=T_, N=5, I=3, H=8)
+        desc = TM.desc_of(kind, bidirectional=True, **TM.default_flags(kind), training=True)
+        inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=31, dtype=np.float32,
+                                present=("input_weight", "bias", "mask", "init_state"))
+        out = TM.forward(kind, inputs, desc, device)
+        gc.collect()
+        live.update(now=0, peak=0)
+        dy, dhn, dcn = TM.upstream(kind, T_, 5, 8, 2, 7, np.float32)
+        TM.lib_gradients(kind, inputs, desc, device, dy, dhn, dcn, saved=out)
+        peaks.append(live["peak"])
+    # GRU, bidirectional, H = 8, N = 5: one chunk of 2 steps holds dgx and dgh
+    assert peaks[0] >= 2 * (2 * 5 * 2 * 3 * 8 * 4) if kind == "gru" else peaks[0] > 0
+    assert peaks[0] == peaks[1], peaks

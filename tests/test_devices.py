@@ -212,7 +212,8 @@ def test_tuning_fallback_chain():
                                             "GEMM_WG": 32}
     assert vendor.tuning(turbo, "gemm")["GEMM_TM"] == 16  # longest matching name wins
     assert vendor.tuning(turbo, "gemm")["GEMM_WG"] == 32  # vendor default still applies
-    assert vendor.tuning(plain, "recurrence") == {"REC_VW": 8, "REC_NB": 4}  # generic default
+    assert vendor.tuning(plain, "recurrence") == {"REC_VW": 8, "REC_NB": 4,
+                                                  "REC_BWD_ROWS": 2048}  # generic default
     assert vendor.tuning(plain, "extra") == {"X": 1}
     assert vendor.tuning(plain, "unknown") == {}
     vendor.tuning(plain, "gemm")["GEMM_WG"] = 0  # callers get a copy

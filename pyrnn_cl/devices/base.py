@@ -46,7 +46,9 @@ TIER_OTHER = 5  # accelerators, FPGA emulators, unknown types
 # kernel owners tune them; the keys are the ``#define`` names the kernels read.
 DEFAULT_TUNING: dict[str, dict[str, int]] = {
     "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 4, "GEMM_WG": 64},
-    "recurrence": {"REC_VW": 8, "REC_NB": 4},
+    # REC_BWD_ROWS: rows (steps x N) of gate gradients per backward chunk; the weight-gradient
+    # GEMMs of a chunk reduce over that many rows (2048: within a few % of all steps at once)
+    "recurrence": {"REC_VW": 8, "REC_NB": 4, "REC_BWD_ROWS": 2048},
 }
 
 
