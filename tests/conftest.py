@@ -72,6 +72,20 @@ def needs_fp64(device) -> None:
         pytest.skip(f"{device.info.describe()} has no cl_khr_fp64")
 
 
+def override_tuning(device, monkeypatch, family="recurrence", **values):
+    """Make ``device.tuning(family)`` return its profile's values updated by ``values`` for the
+    rest of the test (each call starts again from the profile's own values)."""
+    profile_tuning = type(device).tuning
+
+    def tuning(fam):
+        out = dict(profile_tuning(device, fam))
+        if fam == family:
+            out.update(values)
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+
+
 def pytest_collection_modifyitems(config, items):
     if importlib.util.find_spec("torch") is None:
         skip = pytest.mark.skip(reason="torch is not installed (pip install 'pyrnn_cl[torch]')")

@@ -31,7 +31,7 @@ import shapes as S  # noqa: E402
 import test_cudnn as TC  # noqa: E402
 import test_mps as TM  # noqa: E402
 import test_tf_ops as TT  # noqa: E402
-from conftest import needs_fp64  # noqa: E402
+from conftest import needs_fp64, override_tuning  # noqa: E402
 
 T = 7
 
@@ -39,23 +39,12 @@ T = 7
 @pytest.fixture(params=[("seq", 1), ("seq", 3), ("step", 1), ("step", 3)],
                 ids=["seq-1", "seq-3", "step-1", "step-3"])
 def chunked(device, monkeypatch, request):
-    """``device`` with backward chunks of 1 or 3 steps, on the whole-chunk or per-step path;
-    yields the steps per chunk (for N rows, ``REC_BWD_ROWS = steps * N``)."""
+    """A function of N giving ``device`` backward chunks of 1 or 3 steps of N rows
+    (``REC_BWD_ROWS = steps * N``), on the whole-chunk or the per-step path."""
     needs_fp64(device)
     path, steps = request.param
-    original = device.tuning
-    state = {"N": 1}
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out["REC_BWD_ROWS"] = steps * state["N"]
-            if path == "step":
-                out["REC_SEQ_BYTES"] = 0
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
-    yield state
+    extra = {"REC_SEQ_BYTES": 0} if path == "step" else {}
+    return lambda N: override_tuning(device, monkeypatch, REC_BWD_ROWS=steps * N, **extra)
 
 
 def _chunks_used(monkeypatch):
@@ -89,7 +78,7 @@ def test_cudnn_chunked(device, chunked, monkeypatch, mode, D, lens, input_mode):
     mode = "lstm" if mode == "lstm_proj" else mode
     N, H = 4, TC.H_
     I = H if input_mode == "skip_input" else TC.I_
-    chunked["N"] = N
+    chunked(N)
     seen = _chunks_used(monkeypatch)
     x, h0, c0, params, kw = TC._problem(mode, 2, D, P, I=I, T=T, N=N, seed=21,
                                         input_mode=input_mode)
@@ -118,7 +107,7 @@ def test_mps_chunked(device, chunked, monkeypatch, kind, flags, present):
     """MPSGraph gradients with input weights and biases (accumulated over chunks) vs mps_ref;
     T = 7, N = 5, I = 3, H = 11."""
     shape = S.Shape("chunks", T=T, N=5, I=3, H=11)
-    chunked["N"] = shape.N
+    chunked(shape.N)
     seen = _chunks_used(monkeypatch)
     desc = TM.desc_of(kind, **{**TM.default_flags(kind), **flags})
     inputs = S.layer_inputs(kind, shape, bidirectional=desc.bidirectional, seed=23,
@@ -131,7 +120,7 @@ def test_mps_chunked(device, chunked, monkeypatch, kind, flags, present):
 def test_block_lstm_chunked(device, chunked, monkeypatch, seq_len_max):
     """TensorFlow BlockLSTMGrad (peepholes, cell clip, per-step dc) vs tf_ref."""
     p = TT._lstm_inputs(t=T, seed=29, scale=0.8)
-    chunked["N"] = p["x"].shape[1]
+    chunked(p["x"].shape[1])
     seen = _chunks_used(monkeypatch)
     kw = TT._block_kw(False, 1.0, 0.7, True)
     out, ref, grads, gref = TT._run_block(device, False, seq_len_max, p, kw)
@@ -146,15 +135,7 @@ def test_chunk_size_follows_rows(device, monkeypatch):
     from pyrnn_cl import engine
     from pyrnn_cl.cells import CellSpec
 
-    original = device.tuning
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out["REC_BWD_ROWS"] = 100
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=100)
     spec = CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3))
     for (T_, N_), want in {(50, 8): 13, (50, 1): 50, (50, 200): 1, (5, 8): 5, (0, 8): 1}.items():
         rec = engine.Recurrence(device, np.float32, spec, T=T_, N=N_, H=4)
@@ -171,15 +152,7 @@ def test_backward_temporaries_do_not_grow_with_T(device, monkeypatch, kind):
     the caller's.)"""
     from pyrnn_cl import engine
 
-    original = device.tuning
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out["REC_BWD_ROWS"] = 2 * 5
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=2 * 5)
     live = {"now": 0, "peak": 0}
     real = engine.temporary
 

@@ -33,7 +33,7 @@ from pyrnn_cl.programs import launch_count
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes as S  # noqa: E402
-from conftest import needs_fp64  # noqa: E402
+from conftest import needs_fp64, override_tuning  # noqa: E402
 from test_mps import (F32, F64, assert_close, check_against_reference,  # noqa: E402
                       desc_of, grad_names, gru_flags, ref_gradients)
 from reference import mps_ref as M  # noqa: E402
@@ -91,24 +91,15 @@ def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
     """REC_VW = 1 / 4 / 16 and REC_NB = 1 / 3 / 8 (H = 16, N = 13: neither divides N) give the
     float64 reference's answer and agree with each other to 1e-12."""
     needs_fp64(device)
-    original = device.tuning
     results = []
     for vw, nb, wg in TUNINGS:
-        values = {"REC_VW": vw, "REC_VW_F64": vw, "REC_NB": nb, "REC_WG": wg}
-
-        def tuning(family, values=values):
-            out = dict(original(family))
-            if family == "recurrence":
-                out.update(values)
-            return out
-
-        monkeypatch.setattr(device, "tuning", tuning)
+        override_tuning(device, monkeypatch, REC_VW=vw, REC_VW_F64=vw, REC_NB=nb, REC_WG=wg)
         rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
                                 T=5, N=13, H=16)
         assert (rec.vw, rec.nb) == (vw, nb), "the engine must use the tuning values"
         results.append(_check(device, cell, S.Shape("tuned", T=5, N=13, I=3, H=16),
                               np.float64, seed=7))
-    monkeypatch.setattr(device, "tuning", original)
+    override_tuning(device, monkeypatch)       # the profile's own values again
     (out0, grads0) = results[0]
     for (vw, nb, _), (out, grads) in zip(TUNINGS[1:], results[1:]):
         for a, b in zip(out + grads, out0 + grads0):

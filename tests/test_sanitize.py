@@ -29,6 +29,7 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import cudnn, gemm
 from pyrnn_cl.programs import enqueue, get_program
+from conftest import override_tuning
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF
@@ -123,15 +124,7 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
              input_weight=_r(rng, 4 * H, I), bias=_r(rng, 4 * H), init_state=_r(rng, N, H),
              init_cell=_r(rng, N, H))
     _mps("lstm", device, a, rc.LSTMDescriptor(training=True))
-    original = device.tuning
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out.update(REC_VW=4, REC_VW_F64=4, REC_NB=3, REC_WG=2)
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=3, REC_WG=2)
     T, N, H = 3, 11, 12
     g = dict(source=_r(rng, T, N, 6 * H), recurrent_weight=_r(rng, 2, 3 * H, H, scale=0.3),
              init_state=_r(rng, N, 2 * H), secondary_bias=_r(rng, 2 * H))
@@ -143,15 +136,7 @@ def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):
     """``pyrnn_fwd_seq`` (with the input product x W^T + b in the kernel, ``HAS_XW``) and
     ``pyrnn_bwd_seq``, forced on with ``REC_SEQ_BYTES``: a bidirectional LSTM with a mask, H = 8,
     I = 16 (a multiple of the vector width), N = 5 (a row-block tail)."""
-    original = device.tuning
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out.update(REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20)
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20)
     rng = np.random.default_rng(8)
     T, N, I, H = 3, 5, 16, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),
@@ -216,15 +201,7 @@ def test_backward_in_chunks(device, monkeypatch, seq_bytes):
     ``pyrnn_peep_grad`` per chunk. A bidirectional LSTM layer pair with lengths (one 0) and a
     projection (per-step kernels only), then a reversed reset-before GRU with a mask and a
     bidirectional LSTM with peepholes, on the per-step or the whole-chunk kernels."""
-    original = device.tuning
-
-    def tuning(family):
-        out = dict(original(family))
-        if family == "recurrence":
-            out.update(REC_BWD_ROWS=1, REC_SEQ_BYTES=seq_bytes)
-        return out
-
-    monkeypatch.setattr(device, "tuning", tuning)
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=1, REC_SEQ_BYTES=seq_bytes)
     rng = np.random.default_rng(9)
     T, N, I, H, P, L = 3, 3, 2, 3, 2, 2
     kw = dict(rnn_mode="lstm", direction="bidirectional", num_proj=P)
