@@ -531,11 +531,6 @@ class Recurrence:
                                          lens=lens)
             if inputs is not None:
                 self._chunk_input_gradients(chunk, inputs)
-        side = inputs
-        if side is not None and side.dhb is not None and side.db is not None and dgh is dgx:
-            # one kind of gate gradient: the hidden-side bias gets the input side's sums
-            copy3(dev, dt, side.dhb.array, side.dhb.offset, (side.dhb.stride, 0, 1),
-                  side.db.array, side.db.offset, (side.db.stride, 0, 1), (D, 1, GH))
         return res
 
     def _backward_chunk(self, prog, s_lo, s_hi, bwd_args, bwd_b_args, proj_args):
@@ -647,8 +642,8 @@ class Recurrence:
 
     def _chunk_input_gradients(self, chunk, side: InputSide):
         """Add ``chunk``'s share to the gradients of ``gx = x W^T + b``: ``dx`` rows of the
-        chunk's times (``dgx W``, or the sum of every gate block without ``W``), ``dW`` and
-        ``db`` (the first chunk overwrites them)."""
+        chunk's times (``dgx W``, or the sum of every gate block without ``W``), ``dW``, ``db``
+        and ``dhb`` (the first chunk overwrites them)."""
         N, H, D, G = self.N, self.H, self.D, self.G
         GH, I, n = G * H, side.I, chunk.steps
         dt, dev = self.dtype, self.device
@@ -681,14 +676,18 @@ class Recurrence:
                 gemm(dev, dt, GH, I, rows, chunk.dgx, side.x, side.dw.array, trans_a=True,
                      a_offset=d * GH, lda=D * GH, b_offset=t0 * N * I, ldb=I,
                      c_offset=side.dw.offset + d * side.dw.stride, ldc=I, beta=beta)
-        sums = [(side.db, chunk.dgx)]
-        if side.dhb is not None and (chunk.dgh is not chunk.dgx or side.db is None):
-            sums.append((side.dhb, chunk.dgh))   # (else backward copies db at the end)
+        # with one kind of gate gradient both biases get the same sums: dhb copies db's once
+        # every chunk is in
+        copy_dhb = side.dhb is not None and side.db is not None and chunk.dgh is chunk.dgx
+        sums = [(side.db, chunk.dgx), (None if copy_dhb else side.dhb, chunk.dgh)]
         for target, grads in sums:
             if target is not None:
                 sum_rows(dev, dt, rows, GH, grads, target.array, lda=D * GH,
                          out_offset=target.offset, batch=D, stride_a=GH, stride_out=target.stride,
                          beta=beta)
+        if copy_dhb and chunk.s_lo == 0:      # the last chunk
+            copy3(dev, dt, side.dhb.array, side.dhb.offset, (side.dhb.stride, 0, 1),
+                  side.db.array, side.db.offset, (side.db.stride, 0, 1), (D, 1, GH))
 
 
 @dataclass(frozen=True)
