@@ -413,7 +413,9 @@ class Recurrence:
                  dR: Target | None = None, need_dR=True, dwp: Target | None = None,
                  full=False):
         """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict),
-        with the weight gradients accumulated as it goes.
+        with the weight gradients accumulated as it goes. ``fwd["y"]`` may be None for an LSTM
+        or RNN without projection: h[t-1] is then computed per chunk from the saved gates (and
+        c), where the recurrent weight gradient needs it.
 
         ``dy`` ``[T][N][D*K]`` (None: zero), ``dhn``/``dcn`` gradients of the final states,
         ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0``.
@@ -483,7 +485,10 @@ class Recurrence:
             rt = self.pack_t(R, G * H, K)
             wt = self.pack_t(w_proj, P, H) if P else rt
         zrow = read_only_zeros(dev, dt, max(GH, K))
-        y = fwd["y"] if T else self._dummy
+        if fwd["y"] is None and (self.cell.kind == "gru" or P):
+            raise ValueError("Recurrence.backward: fwd['y'] is needed for a GRU or a projection "
+                             "(h cannot be rebuilt from the saved gates)")
+        y = fwd["y"] if T and fwd["y"] is not None else self._dummy
 
         def chunk_args(s_lo, s_hi):
             return [_I32(s_lo), _I32(s_hi), _I32(ring), gring.base_data]
@@ -576,7 +581,8 @@ class Recurrence:
         beta = 0.0 if chunk.first else 1.0
         rows = n * N
         if dR is not None:
-            if mask is None and lens is None and not self.cell.two_phase:
+            if mask is None and lens is None and not self.cell.two_phase \
+                    and fwd["y"] is not None:
                 # h[t-1] is y at the previous step (h0 at the first one): GEMMs on y shifted
                 # by one step, no gathered copy
                 for d in range(D):
@@ -625,7 +631,8 @@ class Recurrence:
     def _gather_hin(self, chunk, fwd, h0, mask, lens):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
         two-phase GRU ``hr = hin . r``: the right-hand sides of the recurrent weight
-        gradient where lengths, a mask or the reset gate make them differ from y."""
+        gradient where lengths, a mask or the reset gate make them differ from y, or where
+        ``fwd`` has no ``y`` (LSTM, RNN: h computed from the saved gates and c)."""
         N, D, K, n = self.N, self.D, self.K, chunk.steps
         dt, dev = self.dtype, self.device
         hin = temporary(dev, (max(n, 1), N, D * K), dt)
@@ -633,10 +640,10 @@ class Recurrence:
         if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
             set_args(knl, _I32(self.T), _I32(N), _I32(K), _I32(self.rev_mask),
-                     _I32(chunk.s_lo), _I32(chunk.s_hi), fwd["y"].base_data,
+                     _I32(chunk.s_lo), _I32(chunk.s_hi), self._or_dummy(fwd["y"]),
                      h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                     self._or_dummy(lens), fwd["sav"].base_data, hin.base_data,
-                     self._or_dummy(hr))
+                     self._or_dummy(lens), fwd["sav"].base_data, self._or_dummy(fwd.get("cs")),
+                     _I32(fwd["y"] is None), hin.base_data, self._or_dummy(hr))
             enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 

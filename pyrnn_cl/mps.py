@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyopencl.array as cla
 
 from . import engine
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
@@ -197,6 +198,8 @@ class _Layer:
         if mask is None:
             return None
         full = (self.T, self.N, self.D * self.H)
+        if isinstance(mask, cla.Array) and tuple(mask.shape) == full:
+            return self.call.dev("mask", mask)      # used in place: no host round trip
         host = self.call.host("mask", mask)
         try:
             host = np.broadcast_to(host, full)
@@ -251,17 +254,12 @@ class _Layer:
                     dc0=dc0.array if dc0 else None, dpeep=grads["dpeep"])
 
     def saved_forward(self, z_state, y=None, cs=None):
-        """The engine's forward dict rebuilt from what the gradient ops receive."""
+        """The engine's forward dict from what the gradient ops receive. An LSTM or RNN
+        gradient is not given h: the engine computes h[t-1] from the saved gates (and c) chunk
+        by chunk where it needs it, so no h sequence is rebuilt here."""
         q, T, N, D, H, G = self.call, self.T, self.N, self.D, self.H, self.G
-        sav = q.dev("z_state", z_state, (T, N, D * G * H))
-        if y is None:
-            y = q.empty((T, N, D * H))
-            if self.kind == "rnn":   # h = act(z)
-                engine.act_map(q.device, q.dtype, y, sav, self.cell.acts[0])
-            else:                    # LSTM: h = o * g(c)
-                engine.gate_act(q.device, q.dtype, y, sav, cs, T * N, D, H, G * H,
-                                self.cell.gate_blocks[3] * H, self.cell.cell_act)
-        return {"sav": sav, "y": y, "cs": cs, "hs": None}
+        return {"sav": q.dev("z_state", z_state, (T, N, D * G * H)), "y": y, "cs": cs,
+                "hs": None}
 
 
 def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, init_cell, mask,

@@ -86,6 +86,33 @@ def override_tuning(device, monkeypatch, family="recurrence", **values):
     monkeypatch.setattr(device, "tuning", tuning)
 
 
+def track_device_arrays(monkeypatch):
+    """Count the bytes of every device array allocated from now on (``pyopencl.array.Array``
+    created without existing data: ``empty``, ``zeros``, ``to_device``, copies, pool arrays;
+    views are not allocations) while it lives. Returns a dict whose ``now``/``peak`` the
+    caller may reset; ``peak`` is the most bytes alive at once."""
+    import weakref
+
+    import pyopencl.array as cla
+
+    live = {"now": 0, "peak": 0}
+    init = cla.Array.__init__
+
+    def release(size):
+        live["now"] -= size
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        data = kwargs.get("data", args[5] if len(args) > 5 else None)
+        if data is None and self.nbytes:
+            live["now"] += self.nbytes
+            live["peak"] = max(live["peak"], live["now"])
+            weakref.finalize(self, release, self.nbytes)
+
+    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    return live
+
+
 def pytest_collection_modifyitems(config, items):
     if importlib.util.find_spec("torch") is None:
         skip = pytest.mark.skip(reason="torch is not installed (pip install 'pyrnn_cl[torch]')")

@@ -78,7 +78,7 @@ def _mps(kind, device, a, desc, dy_seed=1):
 
 
 def test_rnn_hidden_257_batch_1(device):
-    """Single-gate RNN, H = 257, N = 1, with a mask: fwd/bwd/pack/gather_hin/act_map."""
+    """Single-gate RNN, H = 257, N = 1, with a mask: fwd/bwd/pack/gather_hin (h from z)."""
     rng = np.random.default_rng(0)
     T, N, I, H = 2, 1, 2, 257
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, H, H, scale=0.05),
@@ -89,7 +89,7 @@ def test_rnn_hidden_257_batch_1(device):
 
 def test_lstm_bidirectional_peephole_batch_5(device):
     """LSTM, H = 3, N = 5 (a row-block tail), bidirectional, peepholes, mask, both states:
-    also ``pyrnn_peep_grad`` and ``pyrnn_gate_act``."""
+    also ``pyrnn_peep_grad`` and ``pyrnn_gather_hin`` computing h from the saved gates."""
     rng = np.random.default_rng(1)
     T, N, I, H = 3, 5, 4, 3
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H),

@@ -836,13 +836,16 @@ __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_m
 
 /* Inputs of the recurrent product for the steps s_lo .. s_hi-1 (a backward chunk), for the
  * weight-gradient GEMM: hin[t][n][d][k] = h[t-1] . m[t] (zero past len); with a two-phase GRU
- * also hr[t][n][d][k] = hin . r[t]; both laid out as the chunk buffers. Global size
- * (K/VW, N, (s_hi - s_lo)*D): VW elements per work-item. */
+ * also hr[t][n][d][k] = hin . r[t]; both laid out as the chunk buffers. h[t-1] is read from y, or
+ * with `from_sav` (cells with CELL_H_SAVED, K = H) computed by cell_h from the saved gates sav and
+ * the cell sequence cs: the MPSGraph gradients receive those, not h, and the h sequence is then
+ * never rebuilt whole. Global size (K/VW, N, (s_hi - s_lo)*D): VW elements per work-item. */
 __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int rev_mask,
                                const int s_lo, const int s_hi,
                                __global const real *y, __global const real *h0, const long h0_sd,
                                const long h0_sn, __global const real *mask,
                                __global const int *lens, __global const real *sav,
+                               __global const real *cs, const int from_sav,
                                __global real *hin, __global real *hr)
 {
     const int k = get_global_id(0) * REC_VW, n = get_global_id(1);
@@ -854,7 +857,22 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
     const int tp = prev_time(t, rev, len, T);
     realV v = VZERO;
     if (t < len) {
-        v = LOADV((tp >= 0 ? y + seq_off(tp, n, d, N, D, K) : h0 + d * h0_sd + n * h0_sn) + k);
+        if (tp < 0) {
+            v = LOADV(h0 + d * h0_sd + n * h0_sn + k);
+#if CELL_H_SAVED
+        } else if (from_sav) {
+            realV g[CELL_G];
+            for (int q = 0; q < CELL_G; ++q)
+                g[q] = LOADV(sav + seq_off(tp, n, d, N, D, CELL_G * K) + gate_blk(q) * K + k);
+            realV c = VZERO;
+#if CELL_HAS_C
+            c = LOADV(cs + seq_off(tp, n, d, N, D, K) + k);
+#endif
+            v = cell_h(g, c);
+#endif
+        } else {
+            v = LOADV(y + seq_off(tp, n, d, N, D, K) + k);
+        }
 #if HAS_MASK
         v *= LOADV(mask + seq_off(t, n, d, N, D, K) + k);
 #endif

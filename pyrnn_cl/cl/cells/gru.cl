@@ -34,6 +34,7 @@
 #define CELL_G 3
 #define CELL_HAS_C 0
 #define CELL_USES_HPREV 1
+#define CELL_H_SAVED 0      /* h[t] needs h[t-1]: the backward is given y */
 #if GRU_RESET_AFTER
 #define CELL_GA 3
 #define CELL_NEEDS_HN 1

@@ -20,6 +20,7 @@
 #define CELL_HAS_C 1
 #define CELL_USES_HPREV 0
 #define CELL_NEEDS_HN 0
+#define CELL_H_SAVED 1       /* h[t] follows from the saved gates and c[t]: cell_h */
 
 #ifndef ACT_0
 #define ACT_0 ACT_SIGMOID
@@ -72,6 +73,12 @@ PYRNN_FUNC void cell_fwd(const realV gx[CELL_G], const realV gh[CELL_G], realV h
     sav[3] = o;
     *c = cn;
     *h = o * pyrnn_act(ACT_CELL, cn);
+}
+
+/* h[t] from what the forward saved (an MPSGraph gradient receives the gates and c, not h). */
+PYRNN_FUNC realV cell_h(const realV sav[CELL_G], realV c)
+{
+    return sav[3] * pyrnn_act(ACT_CELL, c);
 }
 
 /* dh, dc: total gradients reaching h[t] and c[t] (from the loss and from step t+1). */

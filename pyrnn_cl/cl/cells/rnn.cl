@@ -13,6 +13,7 @@
 #define CELL_HAS_C 0        /* no cell state */
 #define CELL_USES_HPREV 0   /* h[t-1] only enters through the recurrent product */
 #define CELL_NEEDS_HN 0
+#define CELL_H_SAVED 1      /* h[t] follows from the saved pre-activation: cell_h */
 
 #ifndef ACT_0
 #define ACT_0 ACT_RELU
@@ -26,6 +27,12 @@ PYRNN_FUNC void cell_fwd(const realV gx[CELL_G], const realV gh[CELL_G], realV h
     sav[0] = pre;
     *h = pyrnn_act(ACT_0, pre);
     *c = VZERO;
+}
+
+/* h[t] from what the forward saved (an MPSGraph gradient receives z_state, not h). */
+PYRNN_FUNC realV cell_h(const realV sav[CELL_G], realV c)
+{
+    return pyrnn_act(ACT_0, sav[0]);
 }
 
 PYRNN_FUNC void cell_bwd(const realV sav[CELL_G], realV h_prev, realV m, realV c_prev, realV c,
