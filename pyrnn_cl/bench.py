@@ -33,7 +33,8 @@ The memory columns are an estimate of the device bytes our engine allocates per 
 buffer shapes (:func:`memory_estimate`): inputs, *reserve* (what the forward keeps for backward:
 saved gates, h and c sequences), forward workspace (packed weights), backward workspace that
 does not grow with T (packs, one chunk of gate gradients, two-step rings), backward
-temporaries that do grow with T, and the gradient outputs.
+temporaries that do grow with T (only the gradient passed between stacked layers), and the
+gradient outputs.
 """
 
 from __future__ import annotations
@@ -462,10 +463,11 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
     ``bwd_workspace``: the backward's
     temporaries that do not grow with T: the transposed pack of R (and for GRU the forward pack
     again), the gate gradients of one chunk of steps (two arrays for GRU), the two-step rings of
-    gate gradients and carries. ``bwd_sequence``: temporaries that do grow with T: the h
-    sequence the MPSGraph LSTM gradient rebuilds from the saved gates it is given; in the cuDNN
-    dialect each layer's parts of reserve_space copied out, and the gradient passed down
-    between layers. ``grad_outputs``: dx, dW, dR, db.
+    gate gradients and carries, and (MPSGraph LSTM/RNN gradients, which are not given h) one
+    chunk of h[t-1] computed from the saved gates. ``bwd_sequence``: temporaries that do grow
+    with T: in the cuDNN dialect the gradient passed down between layers (the reserve space's
+    parts are written and read in place); none in the MPSGraph dialect. ``grad_outputs``: dx,
+    dW, dR, db.
     """
     T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
     lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
@@ -485,13 +487,11 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
         bwd += steps * N * GH * (2 if gru else 1)                  # one chunk of dgx (+ dgh)
         bwd += 2 * N * GH if steps < T else 0                      # gate-gradient ring
         bwd += 2 * N * D * H * (2 if lstm else 1)                  # carry ring (+ carry_c)
+        if dialect != "cudnn" and not gru:
+            bwd += steps * N * D * H                               # h[t-1] of one chunk
         out["bwd_workspace"] = max(out["bwd_workspace"], bwd)     # one layer at a time
-        if dialect == "cudnn":
-            seq = reserve + (T * N * width if l else 0)            # reserve copies, x of l > 0
-            seq += T * N * width                                   # dx: dy of the layer below
-        else:
-            seq = seq_h if lstm else 0                             # y rebuilt from the gates
-        out["bwd_sequence"] = max(out["bwd_sequence"], seq)
+        if dialect == "cudnn" and l:
+            out["bwd_sequence"] = max(out["bwd_sequence"], T * N * width)  # dx passed down
         out["grad_outputs"] += GH * width + D * G * H * H + GH + (T * N * width if not l else 0)
     out["inputs"] += T * N * D * H                                 # dy of the last layer
     return {k: v * itemsize for k, v in out.items()}

@@ -42,8 +42,7 @@ import pyopencl.array as cla
 
 from . import engine
 from ._arrays import (Call, check_bool, check_choice, check_float, check_int, check_rank,
-                      common_dtype,
-                      check_shape, is_array)
+                      check_shape, common_dtype, is_array, sub_array)
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -90,9 +89,10 @@ def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, 
                                  num_proj=0, time_major=True, is_training=True):
     r"""Elements (of the op's dtype) of the ``reserve_space`` that :func:`cudnn_rnn` returns for
     these sizes, known before anything is allocated:
-    :math:`L\,T\,N\,D\,(G H + R + [\text{lstm}]\,H + [P > 0]\,H)`, 0 when not training
-    (layout in :mod:`pyrnn_cl.layout`). ``dropout``, the seeds and ``time_major`` do not change
-    it."""
+    :math:`L\,T\,N\,D\,(G H + R + [\text{lstm}]\,H + [P > 0]\,H)
+    + [p > 0]\,(L - 1)\,T\,N\,D\,R` plus the padding that starts every part at a multiple of
+    256 elements, 0 when not training (layout in :mod:`pyrnn_cl.layout`). The seeds and
+    ``time_major`` do not change it."""
     lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
                       input_mode=input_mode, direction=direction, num_proj=num_proj)
     T = check_int("seq_length", seq_length, 0)
@@ -101,7 +101,9 @@ def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, 
     check_int("seed", seed)
     check_int("seed2", seed2)
     check_bool("time_major", time_major)
-    return lay.reserve_size(T, N) if check_bool("is_training", is_training) else 0
+    if not check_bool("is_training", is_training):
+        return 0
+    return lay.reserve_size(T, N, dropout_applied=dropout > 0 and lay.L > 1)
 
 
 def _copy(queue, dst, dst_off, src, src_off, count):
@@ -349,12 +351,14 @@ class _Net:
                 (self.D, lay.P, self.H))
         return R, hb, bw, wp
 
-    def input_gates(self, params, l, x, bw):
+    def input_gates(self, params, l, x, bw, gx=None):
         r"""``gx [T][N][D][G][H] = x W_l^T + bW`` with both directions' ``W`` read from
-        ``params`` in place (one GEMM per direction); skip_input: x broadcast over the gates."""
+        ``params`` in place (one GEMM per direction); skip_input: x broadcast over the gates.
+        Written into ``gx`` when given (the reserve space's ``sav`` part)."""
         lay, T, N, D, H, GH = self.lay, self.T, self.N, self.D, self.H, self.GH
         rows = T * N
-        gx = self.call.empty((T, N, D * GH))
+        if gx is None:
+            gx = self.call.empty((T, N, D * GH))
         if lay.has_w(l):
             n_in = lay.in_size(l)
             for d in range(D):
@@ -380,6 +384,16 @@ class _Net:
         _dropout(self.dev, self.dt, dst, src, self.T, self.N, self.D * self.K, l, self.dropout,
                  self.seed, self.seed2)
         return dst
+
+    def reserve_views(self, reserve):
+        """Per layer ``name -> array`` of every part of ``reserve`` (``layout.reserve_parts``)
+        as a ``[T][N][width]`` array on a sub-buffer of it, or None where the device cannot
+        address that part in place (the caller then copies)."""
+        parts = self.lay.reserve_parts(self.T, self.N, self.drop)
+        widths = {"sav": self.D * self.GH, "y": self.D * self.K, "cs": self.D * self.H,
+                  "hs": self.D * self.H, "xd": self.D * self.K}
+        return parts, [{name: sub_array(self.dev, reserve, off, (self.T, self.N, widths[name]))
+                        for name, (off, _) in layer.items()} for layer in parts]
 
     def signature(self):
         return host_signature(self.lay, self.dt.itemsize, self.drop, self.dropout, self.seed,
@@ -414,7 +428,7 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
     c0_all = call.dev("input_c", input_c) if net.lstm else None
     out_h = call.empty((L * D, N, K))
     out_c = call.empty((L * D, N, H)) if net.lstm else call.empty((0,))
-    res_size = lay.reserve_size(T, N) if net.training else 0
+    res_size = lay.reserve_size(T, N, net.drop) if net.training else 0
     reserve = call.empty((res_size,))
     if net.empty_run:
         y = call.zeros((T, N, D * K))
@@ -425,14 +439,17 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
         params_d = call.dev("params", params)
         x = net.seq_to_time_major("input", input, net.I)
         rec = net.recurrence()
-        parts = lay.reserve_parts(T, N)
+        # training: every layer writes its saved values straight into its reserve parts
+        parts, views = net.reserve_views(reserve) if net.training else ([{}] * L, [{}] * L)
+        if net.training:
+            _zero_gaps(net.q, reserve, parts)
         for l in range(L):
             R, hb, bw, wp = net.weights(params_d, l)
-            gx = net.input_gates(params_d, l, x, bw)
+            gx = net.input_gates(params_d, l, x, bw, views[l].get("sav"))
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
             fwd = rec.forward(gx, R, h0=net.view(h0, K), c0=net.view(c0, H) if net.lstm else None,
-                              hb=hb, lens=net.lens, w_proj=wp)
+                              hb=hb, lens=net.lens, w_proj=wp, into=views[l])
             hn = call.empty((D, N, K))
             rec.final_state(fwd["y"], K, net.view(h0, K), net.view(hn, K), net.lens)
             net.put_state(out_h, l, hn, K)
@@ -440,16 +457,29 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
                 cn = call.empty((D, N, H))
                 rec.final_state(fwd["cs"], H, net.view(c0, H), net.view(cn, H), net.lens)
                 net.put_state(out_c, l, cn, H)
-            if net.training:
-                for name, (off, size) in parts[l].items():
-                    _copy(net.q, reserve, off, fwd[name], 0, size)
+            for name, (off, size) in parts[l].items():     # parts the device cannot address
+                if views[l][name] is None:
+                    _copy(net.q, reserve, off, x if name == "xd" else fwd[name], 0, size)
             y = fwd["y"]
             if l < L - 1:
-                x = net.apply_dropout(y, l) if net.drop else y
+                x = net.apply_dropout(y, l, views[l + 1].get("xd")) if net.drop else y
+        if views[L - 1].get("y") is not None and net.time_major and not call.numpy_out:
+            y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
         host = cla.to_device(net.q, host) if host.size else cla.empty(net.q, (0,), np.int8)
     return (net.seq_out(y, D * K), call.out(out_h), call.out(out_c), call.out(reserve), host)
+
+
+def _zero_gaps(queue, reserve, parts):
+    """Zero the padding between the parts of ``reserve`` (never read; zeroed so that the
+    returned reserve_space is fully defined)."""
+    isz, pos = reserve.dtype.itemsize, 0
+    for off, size in sorted(v for layer in parts for v in layer.values()):
+        if off > pos:
+            cl.enqueue_fill_buffer(queue, reserve.base_data, np.zeros(1, reserve.dtype),
+                                   reserve.offset + pos * isz, (off - pos) * isz)
+        pos = off + size
 
 
 def _check_host_reserved(net, host_reserved, reserve_space):
@@ -474,7 +504,7 @@ def _check_host_reserved(net, host_reserved, reserve_space):
                          "direction, num_proj, the dtype, dropout, seed and seed2 must be those "
                          "of the forward call that produced reserve_space")
     check_rank("reserve_space", reserve_space, 1)
-    size = net.lay.reserve_size(net.T, net.N)
+    size = net.lay.reserve_size(net.T, net.N, net.drop)
     if reserve_space.shape[0] != size:
         raise ShapeError(f"reserve_space: got {reserve_space.shape[0]} elements, expected {size} "
                          f"for T={net.T}, N={net.N}, num_layers={net.L}, num_units={net.H}")
@@ -503,7 +533,7 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
                _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
                       time_major, sequence_lengths), device, training=True)
     call, lay = net.call, net.lay
-    T, N, L, D, H, K, GH = net.T, net.N, net.L, net.D, net.H, net.K, net.GH
+    T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
     seq_shape = (T, N, D * K) if net.time_major else (N, T, D * K)
     for name, a, shape in (("output", output, seq_shape), ("output_h", output_h, (L * D, N, K)),
                            ("output_backprop", output_backprop, seq_shape),
@@ -537,26 +567,24 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
     dy = (net.seq_to_time_major("output_backprop", output_backprop, D * K)
           if output_backprop is not None else None)
     rec = net.recurrence()
-    parts = lay.reserve_parts(T, N)
-    widths = {"sav": D * GH, "y": D * K, "cs": D * H, "hs": D * H}
+    parts, views = net.reserve_views(res)       # read in place; copied where not addressable
 
     def saved(l, name):
+        if views[l][name] is not None:
+            return views[l][name]
         off, size = parts[l][name]
-        out = call.empty((T, N, widths[name]))
+        out = call.empty((T, N, size // (T * N)))
         _copy(net.q, out, 0, res, off, size)
         return out
 
     for l in range(L - 1, -1, -1):
         R, hb, bw, wp = net.weights(params_d, l)
-        fwd = {name: saved(l, name) for name in parts[l]}
+        fwd = {name: saved(l, name) for name in parts[l] if name != "xd"}
         fwd.setdefault("cs", None)
         fwd.setdefault("hs", None)
-        if l == 0:
-            x = x0
-        else:
-            x = saved(l - 1, "y")
-            if net.drop:
-                net.apply_dropout(x, l - 1, dst=x)
+        # the layer's input: the source, the layer below's output or, with dropout, that
+        # output after dropout as the forward stored it
+        x = x0 if l == 0 else saved(l, "xd") if net.drop else saved(l - 1, "y")
         if l < L - 1 and net.drop:
             net.apply_dropout(dy, l, dst=dy)       # the gradient through layer l's dropout
         h0 = net.layer_state(h0_all, l, K)

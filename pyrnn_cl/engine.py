@@ -309,7 +309,7 @@ class Recurrence:
     # -- forward ----------------------------------------------------------------------------
 
     def forward(self, gx, R, *, h0: StateView, c0: StateView | None = None, hb=None, peep=None,
-                mask=None, lens=None, w_proj=None, x=None, w=None, xb=None):
+                mask=None, lens=None, w_proj=None, x=None, w=None, xb=None, into=None):
         """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
 
         ``R`` ``[D][G*H][K]``; ``hb``, ``peep`` ``[D][G*H]``; ``mask`` ``[T][N][D*H]``; ``lens``
@@ -321,6 +321,9 @@ class Recurrence:
         layer then computes ``x[t] W^T + b`` inside its whole-sequence kernel (no GEMM launch
         and no gx round trip; tiny LSTM forward 25-30 % faster), any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
+
+        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a dict with any of those
+        keys, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         q, dt = self.device.queue, self.dtype
@@ -336,11 +339,20 @@ class Recurrence:
                                       xb).reshape((T, N, D * G * H))
             else:
                 gx = empty(q, (T, N, D * G * H), dt)
-        y = empty(q, (T, N, D * K), dt)
-        cs = empty(q, (T, N, D * H), dt) if self.cell.has_c else None
+        into = into or {}
+
+        def result(name, width):
+            given = into.get(name)
+            if given is None:
+                return empty(q, (T, N, width), dt)
+            assert given.shape == (T, N, width) and given.dtype == dt, (name, given.shape)
+            return given
+
+        y = result("y", D * K)
+        cs = result("cs", D * H) if self.cell.has_c else None
         hs = None
         if self.P:
-            hs = empty(q, (T, N, D * H), dt)
+            hs = result("hs", D * H)
         elif self.cell.two_phase:
             hs = empty(q, (D * N * H,), dt)
         out = {"sav": gx, "y": y, "cs": cs, "hs": hs}

@@ -40,9 +40,14 @@ forward: for each layer ``l`` in order, time-major, ``K = R``::
     y    [T][N][D][K]     layer output before dropout (zero past each sequence length)
     cs   [T][N][D][H]     LSTM only: cell state c[t]
     hs   [T][N][D][H]     LSTM with num_proj only: h[t] before the projection
+    xd   [T][N][D][K]     layers l >= 1 when dropout is applied: this layer's input, the
+                          previous layer's y after dropout
 
-Dropout is not stored: its mask is a pure function of (seed, seed2, layer, t, n, unit) and the
-dropped layer input is rebuilt from ``y``. :meth:`CudnnLayout.reserve_size` reports the length
+Every part starts at a multiple of :data:`RESERVE_ALIGN` elements (the gaps are never read), so
+the forward writes each part in place and backprop reads it in place, as OpenCL sub-buffers
+(``_arrays.sub_array``): a device's ``CL_DEVICE_MEM_BASE_ADDR_ALIGN`` is far below 256 elements
+(PoCL 1024 bits, NVIDIA 4096 bits). A layer's parts are the engine's own buffers, so no copy of
+them exists beside the reserve space. :meth:`CudnnLayout.reserve_size` reports the length
 before anything is allocated (``rc.cudnn_rnn_reserve_space_size``).
 
 **host_reserved** (int8, :data:`HOST_RESERVED_SIZE` bytes): a signature of the forward call
@@ -62,13 +67,16 @@ import numpy as np
 from ._arrays import check_choice, check_int
 
 __all__ = ["RNN_MODES", "INPUT_MODES", "DIRECTIONS", "NUM_GATES", "CudnnLayout", "make_layout",
-           "swap01_strides", "HOST_RESERVED_SIZE", "host_signature"]
+           "swap01_strides", "HOST_RESERVED_SIZE", "host_signature", "RESERVE_ALIGN"]
 
 #: Gates per ``rnn_mode``.
 NUM_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 RNN_MODES = tuple(NUM_GATES)
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")
+
+#: Elements between the starts of reserve_space parts (module docstring).
+RESERVE_ALIGN = 256
 
 #: Length of ``host_reserved`` after a training forward.
 HOST_RESERVED_SIZE = 16
@@ -182,29 +190,33 @@ class CudnnLayout:
 
     # -- reserve space ----------------------------------------------------------------------
 
-    def reserve_parts(self, T: int, N: int):
+    def reserve_parts(self, T: int, N: int, dropout_applied: bool = False):
         """Per layer a dict ``name -> (offset, size)`` for ``sav``, ``y`` and (LSTM) ``cs``,
-        (projection) ``hs`` inside ``reserve_space``."""
+        (projection) ``hs``, (layers after the first, with dropout) ``xd`` inside
+        ``reserve_space``; offsets are multiples of :data:`RESERVE_ALIGN`."""
         rows = T * N * self.D
         parts, pos = [], 0
-        for _ in range(self.L):
+        for l in range(self.L):
             names = [("sav", self.GH), ("y", self.R)]
             if self.mode == "lstm":
                 names.append(("cs", self.H))
             if self.P:
                 names.append(("hs", self.H))
+            if dropout_applied and l:
+                names.append(("xd", self.R))
             layer = {}
             for name, width in names:
+                pos = -(-pos // RESERVE_ALIGN) * RESERVE_ALIGN
                 layer[name] = (pos, rows * width)
                 pos += rows * width
             parts.append(layer)
         return parts
 
-    def reserve_size(self, T: int, N: int) -> int:
-        """Length of ``reserve_space`` of a training forward over ``T`` steps of ``N`` rows."""
-        per_row = self.GH + self.R + (self.H if self.mode == "lstm" else 0) + (
-            self.H if self.P else 0)
-        return self.L * T * N * self.D * per_row
+    def reserve_size(self, T: int, N: int, dropout_applied: bool = False) -> int:
+        """Length of ``reserve_space`` of a training forward over ``T`` steps of ``N`` rows
+        (``dropout_applied``: dropout p > 0 between layers): the end of its last part."""
+        last = self.reserve_parts(T, N, dropout_applied)[-1]
+        return max(off + size for off, size in last.values())
 
 
 def make_layout(num_layers, num_units, input_size, *, rnn_mode="lstm",

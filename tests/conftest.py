@@ -88,13 +88,21 @@ def override_tuning(device, monkeypatch, family="recurrence", **values):
 
 def track_device_arrays(monkeypatch):
     """Count the bytes of every device array allocated from now on (``pyopencl.array.Array``
-    created without existing data: ``empty``, ``zeros``, ``to_device``, copies, pool arrays;
-    views are not allocations) while it lives. Returns a dict whose ``now``/``peak`` the
+    created without existing data: ``empty``, ``zeros``, ``to_device``, copies; views and
+    sub-buffers are not allocations) while it lives. The library's pooled temporaries are
+    allocated plainly meanwhile, so they count too. Returns a dict whose ``now``/``peak`` the
     caller may reset; ``peak`` is the most bytes alive at once."""
     import weakref
 
     import pyopencl.array as cla
 
+    from pyrnn_cl import _arrays, engine, gemm
+
+    def temporary(device, shape, dtype):
+        return _arrays.empty(device.queue, shape, dtype)
+
+    for module in (_arrays, engine, gemm):
+        monkeypatch.setattr(module, "temporary", temporary)
     live = {"now": 0, "peak": 0}
     init = cla.Array.__init__
 

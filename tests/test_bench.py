@@ -71,7 +71,16 @@ def test_memory_estimate_counts_buffers():
     m = bench.memory_estimate(c)
     # reserve = saved gates [T][N][4H] + h and c sequences [T][N][H], float32
     assert m["reserve"] == 4 * (3 * 2 * 64 + 2 * 3 * 2 * 16)
-    assert all(isinstance(v, int) and v > 0 for v in m.values())
+    assert m["bwd_sequence"] == 0        # a single layer's backward: nothing grows with T
+    assert all(isinstance(v, int) and v > 0 for k, v in m.items() if k != "bwd_sequence")
+    # two stacked bidirectional layers (cuDNN dialect): the gradient passed down [T][N][2H]
+    two = BenchConfig("y", "lstm", H=16, I=8, N=2, T=3, layers=2, directions=2)
+    assert bench.memory_estimate(two, dialect="cudnn")["bwd_sequence"] == 4 * 3 * 2 * 32
+    # past REC_BWD_ROWS = 2048 rows (1024 steps of N = 2) the backward workspace stops growing
+    ws = [bench.memory_estimate(BenchConfig("z", "lstm", H=16, I=8, N=2, T=T, layers=2,
+                                            directions=2), dialect=d)["bwd_workspace"]
+          for d in ("cudnn", "mps") for T in (1100, 3000)]
+    assert ws[0] == ws[1] and ws[2] == ws[3] and ws[2] > ws[0]    # (mps: a chunk of h[t-1])
 
 
 @pytest.mark.parametrize("block,repeat", [(3, 7), (1, 4), (0, 5), (4, 2)])

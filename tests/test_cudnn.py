@@ -537,7 +537,18 @@ def test_reserve_space_and_repeated_backprop(device):
     x, h0, c0, params = _cast(np.float32, x, h0, c0, params)
     out = rc.cudnn_rnn(x, h0, c0, params, device=device, **kw)
     n = rc.cudnn_rnn_reserve_space_size(3, H_, I_, T_, N_, **kw)
-    assert out[3].shape == (n,) and n == 3 * T_ * N_ * 2 * (4 * H_ + P_ + H_ + H_)
+    rows = T_ * N_ * 2
+
+    def padded(layers):      # parts in order, each starting at a multiple of 256 elements
+        pos = 0
+        for widths in layers:
+            for w in widths:
+                pos = -(-pos // 256) * 256 + rows * w
+        return pos
+
+    assert out[3].shape == (n,) and n == padded([[4 * H_, P_, H_, H_]] * 3)
+    assert rc.cudnn_rnn_reserve_space_size(3, H_, I_, T_, N_, dropout=0.5, **kw) == padded(
+        [[4 * H_, P_, H_, H_]] + [[4 * H_, P_, H_, H_, P_]] * 2)     # + dropped inputs
     assert rc.cudnn_rnn_reserve_space_size(3, H_, I_, T_, N_, is_training=False, **kw) == 0
     assert out[4].dtype == np.int8 and out[4].ndim == 1
     saved = out[3].copy()

@@ -133,11 +133,23 @@ def test_states_batch_major_and_reserve():
     spans = sorted(v for layer in parts for v in layer.values())
     assert [set(layer) for layer in parts] == [{"sav", "y", "cs", "hs"}] * 3
     assert parts[0]["sav"] == (0, rows * 4 * 5) and parts[0]["y"][1] == rows * 3
-    assert all(o1 + s1 == o2 for (o1, s1), (o2, _) in zip(spans, spans[1:]))
+    # parts in order, each at the first multiple of RESERVE_ALIGN after the one before
+    assert LY.RESERVE_ALIGN == 256
+    assert all(o % 256 == 0 for o, _ in spans)
+    assert all(o2 == -(-(o1 + s1) // 256) * 256 for (o1, s1), (o2, _) in zip(spans, spans[1:]))
     assert spans[-1][0] + spans[-1][1] == lay.reserve_size(T, N)
     assert rc.cudnn_rnn_reserve_space_size(3, 5, 2, T, N, rnn_mode="lstm",
                                            direction="bidirectional", num_proj=3) == \
-        lay.reserve_size(T, N) == 3 * rows * (20 + 3 + 5 + 5)
+        lay.reserve_size(T, N) >= 3 * rows * (20 + 3 + 5 + 5)
+    assert lay.reserve_size(T, N) < 3 * rows * (20 + 3 + 5 + 5) + 12 * 256
+    # with dropout between layers, layers 1 and 2 also keep their dropped input [T][N][D*R]
+    drop = lay.reserve_parts(T, N, dropout_applied=True)
+    assert [set(layer) for layer in drop] == [{"sav", "y", "cs", "hs"}] + [
+        {"sav", "y", "cs", "hs", "xd"}] * 2
+    assert drop[1]["xd"][1] == rows * 3
+    assert rc.cudnn_rnn_reserve_space_size(3, 5, 2, T, N, rnn_mode="lstm", dropout=0.3,
+                                           direction="bidirectional", num_proj=3) == \
+        lay.reserve_size(T, N, dropout_applied=True) == max(o + n for o, n in drop[2].values())
     gru = LY.make_layout(2, 5, 2, rnn_mode="gru")
     assert [set(layer) for layer in gru.reserve_parts(T, N)] == [{"sav", "y"}] * 2
     assert rc.cudnn_rnn_reserve_space_size(2, 5, 2, T, N, rnn_mode="gru",
