@@ -214,6 +214,7 @@ class Recurrence:
         # rows (steps x N) of gate gradients per backward chunk
         self.bwd_rows = max(1, int(tuning.get("REC_BWD_ROWS", 2048)))
         self.G = cell.G
+        self._programs = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
@@ -237,11 +238,19 @@ class Recurrence:
     # -- programs ---------------------------------------------------------------------------
 
     def _program(self, **extra):
-        defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw, "REC_NB": self.nb}
-        defines.update(self.cell.defines())
-        defines.update(self.flags)
-        defines.update(extra)
-        return get_program(self.device, f"engine_{self.cell.kind}.cl", defines)
+        """The engine program of this layer's cell, flags and ``extra`` defines (memoized per
+        layer: a forward asks for it up to four times, each lookup ~15 us of host time)."""
+        key = tuple(sorted(extra.items()))
+        prog = self._programs.get(key)
+        if prog is None:
+            defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw,
+                       "REC_NB": self.nb}
+            defines.update(self.cell.defines())
+            defines.update(self.flags)
+            defines.update(extra)
+            prog = self._programs[key] = get_program(self.device, f"engine_{self.cell.kind}.cl",
+                                                     defines)
+        return prog
 
     def _or_dummy(self, a):
         return self._dummy.base_data if a is None else a.base_data
