@@ -145,3 +145,35 @@ def test_cudnn_reserve_parts_the_device_cannot_address_are_copied(device, monkey
     assert len(calls) > 2 * 4 * L           # every part of both calls took the copy path
     for a, b in zip(in_place[0] + in_place[1], copied[0] + copied[1]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
+    """A reserve_space the caller keeps in pooled memory (``pyopencl.tools.MemoryPool``: no
+    sub-buffers) or at an odd element offset (copied to a fresh buffer on entry) gives the
+    same gradients as the one the forward returned."""
+    import pyopencl.tools as cl_tools
+
+    rng = np.random.default_rng(6)
+    T, L = 4, 2
+    kw = dict(rnn_mode="gru", direction="bidirectional", dropout=0.25, seed=1)
+    size = rc.cudnn_rnn_params_size(L, H, I, rnn_mode="gru", direction="bidirectional")
+
+    def dev(*shape, scale=1.0):
+        return cla.to_device(device.queue,
+                             (scale * rng.standard_normal(shape)).astype(np.float32))
+
+    x, h0, params = dev(T, N, I), dev(2 * L, N, H), dev(size, scale=0.3)
+    ups = (dev(T, N, 2 * H), dev(2 * L, N, H), None)
+    y, hn, cn, res, host = rc.cudnn_rnn(x, h0, None, params, **kw, device=device)
+    want = rc.cudnn_rnn_backprop(x, h0, None, params, None, y, hn, cn, *ups, res, host, **kw,
+                                 device=device)
+    pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(device.queue))
+    pooled = cla.empty(device.queue, res.shape, res.dtype, allocator=pool)
+    pooled[:] = res
+    shifted = cla.empty(device.queue, (res.size + 3,), res.dtype)
+    shifted[3:] = res
+    for other in (pooled, shifted[3:]):
+        got = rc.cudnn_rnn_backprop(x, h0, None, params, None, y, hn, cn, *ups, other, host,
+                                    **kw, device=device)
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a.get(), b.get())
