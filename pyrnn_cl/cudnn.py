@@ -502,7 +502,8 @@ def _check_host_reserved(net, host_reserved, reserve_space):
                                                                  want.astype(np.int64)):
         raise ValueError("host_reserved: does not match this call; rnn_mode, input_mode, "
                          "direction, num_proj, the dtype, dropout, seed and seed2 must be those "
-                         "of the forward call that produced reserve_space")
+                         "of the forward call that produced reserve_space (and the same "
+                         "reserve_space format: a pyrnn_cl of the same layout version)")
     check_rank("reserve_space", reserve_space, 1)
     size = net.lay.reserve_size(net.T, net.N, net.drop)
     if reserve_space.shape[0] != size:

@@ -51,7 +51,7 @@ them exists beside the reserve space. :meth:`CudnnLayout.reserve_size` reports t
 before anything is allocated (``rc.cudnn_rnn_reserve_space_size``).
 
 **host_reserved** (int8, :data:`HOST_RESERVED_SIZE` bytes): a signature of the forward call
-that backprop checks against its own arguments: ``[format version 1, rnn_mode code, skip_input,
+that backprop checks against its own arguments: ``[format version 2, rnn_mode code, skip_input,
 D, num_proj > 0, itemsize, dropout applied, 0]`` followed by an 8-byte digest of ``(dropout,
 seed, seed2)`` (zeros when no dropout was applied). A forward with ``is_training=False``
 returns it empty, like ``reserve_space``.
@@ -80,7 +80,7 @@ RESERVE_ALIGN = 256
 
 #: Length of ``host_reserved`` after a training forward.
 HOST_RESERVED_SIZE = 16
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2     # 2: parts aligned to RESERVE_ALIGN, dropped inputs kept (xd)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,8 @@ def test_host_signature():
     lay = LY.make_layout(2, 4, 3)
     a = LY.host_signature(lay, 4, True, 0.5, 1, 2)
     assert a.dtype == np.int8 and a.shape == (LY.HOST_RESERVED_SIZE,)
+    # format 2: the reserve layout with aligned parts and kept dropped inputs
+    assert list(a[:8]) == [2, LY.RNN_MODES.index("lstm"), 0, 1, 0, 4, 1, 0]
     assert not np.array_equal(a, LY.host_signature(lay, 4, True, 0.5, 1, 3))
     assert not np.array_equal(a, LY.host_signature(lay, 4, True, 0.25, 1, 2))
     assert not np.array_equal(a, LY.host_signature(lay, 8, True, 0.5, 1, 2))
