@@ -110,11 +110,12 @@ PYRNN_FUNC long seq_off(int t, int n, int d, int N, int D, int W)
     return ((long)t * N + n) * (long)D * W + (long)d * W;
 }
 
-/* The carries (dL/dh[t-1] and dL/dc[t-1] not through R) of step t live in slot t % 2 of a
- * [2][N][D][H] ring: step t writes its slot, the next step processed (t -+ 1) reads it. */
-PYRNN_FUNC long carry_off(int t, int n, int d, int N, int D, int H)
+/* Offset of (n, d) of step t in a two-step ring [2][N][D][W]: step t writes slot t % 2, the next
+ * step processed (t -+ 1) reads it. The backward keeps its carries (dL/dh[t-1] and dL/dc[t-1] not
+ * through R, W = H) and, across chunks, its hidden-side gate gradients (gring, W = G*H) so. */
+PYRNN_FUNC long ring_off(int t, int n, int d, int N, int D, int W)
 {
-    return seq_off(t & 1, n, d, N, D, H);
+    return seq_off(t & 1, n, d, N, D, W);
 }
 
 /* The backward writes gate gradients (and dr) in chunks of steps: a chunk buffer [s_hi - s_lo][N]
@@ -137,7 +138,7 @@ PYRNN_FUNC long chunk_off(int t, int n, int d, int rev, int T, int s_lo, int s_h
 PYRNN_FUNC __global const real *prev_gates(__global const real *dgh, int tn, int n, int d,
                                            int rev, int T, int N, int D, int GH, CHUNK_PARAMS)
 {
-    return ring ? gring + seq_off(tn & 1, n, d, N, D, GH)
+    return ring ? gring + ring_off(tn, n, d, N, D, GH)
                 : dgh + chunk_off(tn, n, d, rev, T, s_lo, s_hi, N, D, GH);
 }
 
@@ -628,12 +629,12 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
             dh = acc[b];
 #endif
 #if CELL_USES_HPREV
-            dh += LOADV(carry_h + carry_off(tn, n, d, N, D, H) + j);
+            dh += LOADV(carry_h + ring_off(tn, n, d, N, D, H) + j);
 #endif
         }
 #endif
 #if CELL_HAS_C
-        if (tn >= 0) dc = LOADV(carry_c + carry_off(tn, n, d, N, D, H) + j);
+        if (tn >= 0) dc = LOADV(carry_c + ring_off(tn, n, d, N, D, H) + j);
 #endif
         if (row[b].last) {
 #if HAS_DHN && !HAS_PROJ
@@ -654,7 +655,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
         }
         const long g_off = seq_off(t, n, d, N, D, GH), h_off = seq_off(t, n, d, N, D, H);
         const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
-        const long c_off = carry_off(t, n, d, N, D, H);
+        const long c_off = ring_off(t, n, d, N, D, H);
         if (!row[b].valid) {
             /* past the row's length: zero gate gradients (the weight-gradient GEMMs sum every
              * row); nothing in the rings: nothing reads a step of an invalid time, and their
@@ -701,7 +702,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) {
             STOREV(dx[k], dgx + gc_off + gate_blk(k) * H + j);
             STOREV(dhh[k], dgh + gc_off + gate_blk(k) * H + j);
-            if (ring) STOREV(dhh[k], gring + seq_off(t & 1, n, d, N, D, GH) + gate_blk(k) * H + j);
+            if (ring) STOREV(dhh[k], gring + ring_off(t, n, d, N, D, GH) + gate_blk(k) * H + j);
         }
         STOREV(ch, carry_h + c_off + j);
 #if CELL_HAS_C
@@ -767,14 +768,14 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 #else
         const realV mv = VONE;
 #endif
-        const long g_off = seq_off(t, n, d, N, D, GH), c_off = carry_off(t, n, d, N, D, H);
+        const long g_off = seq_off(t, n, d, N, D, GH), c_off = ring_off(t, n, d, N, D, H);
         const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
         const int blk_r = gate_blk(1) * H + j;
         realV da_r, ch = LOADV(carry_h + c_off + j);
         cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
         STOREV(da_r, dgx + gc_off + blk_r);
         STOREV(da_r, dgh + gc_off + blk_r);
-        if (ring) STOREV(da_r, gring + seq_off(t & 1, n, d, N, D, GH) + blk_r);
+        if (ring) STOREV(da_r, gring + ring_off(t, n, d, N, D, GH) + blk_r);
         STOREV(ch, carry_h + c_off + j);
     }
 }
