@@ -48,23 +48,6 @@ def empty(queue, shape, dtype, allocator=None) -> cla.Array:
 
 
 _FAST_ARRAY = True
-
-
-def sub_array(device, a, offset, shape):
-    """Elements ``offset ..`` of the device array ``a`` as a new zero-offset array of
-    ``shape`` on an OpenCL sub-buffer (the same memory: writes show in ``a``), or None where
-    the device cannot address that start as a sub-buffer (its byte address not a multiple of
-    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies."""
-    size = int(np.prod(shape, dtype=np.int64))
-    start = a.offset + int(offset) * a.dtype.itemsize
-    align = max(1, device.cl_device.mem_base_addr_align // 8)
-    if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
-        return None
-    nbytes = size * a.dtype.itemsize
-    if start + nbytes > a.base_data.size:
-        raise ValueError(f"sub_array: elements [{offset}, {offset + size}) lie outside an array "
-                         f"of {a.size}")
-    return cla.Array(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
 _POOLS = weakref.WeakKeyDictionary()   # Device -> pyopencl.tools.MemoryPool
 
 
@@ -94,6 +77,23 @@ def free_pools() -> None:
     """Release the memory the pools of :func:`temporary` hold (arrays in use keep theirs)."""
     for pool in list(_POOLS.values()):
         pool.free_held()
+
+
+def sub_array(device, a, offset, shape):
+    """Elements ``offset ..`` of the device array ``a`` as a new zero-offset array of
+    ``shape`` on an OpenCL sub-buffer (the same memory: writes show in ``a``), or None where
+    the device cannot address that start as a sub-buffer (its byte address not a multiple of
+    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies."""
+    size = int(np.prod(shape, dtype=np.int64))
+    start = a.offset + int(offset) * a.dtype.itemsize
+    align = max(1, device.cl_device.mem_base_addr_align // 8)
+    if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
+        return None
+    nbytes = size * a.dtype.itemsize
+    if start + nbytes > a.base_data.size:
+        raise ValueError(f"sub_array: elements [{offset}, {offset + size}) lie outside an array "
+                         f"of {a.size}")
+    return cla.Array(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
 
 
 def read_only_zeros(device, dtype, n) -> cla.Array:

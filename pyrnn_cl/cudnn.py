@@ -56,8 +56,6 @@ __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
            "cudnn_rnn_params_to_canonical", "cudnn_rnn", "cudnn_rnn_backprop",
            "cudnn_rnn_reserve_space_size"]
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
 
 def _cell(mode) -> CellSpec:
     """The engine cell of an ``rnn_mode`` (canonical slots -> PyTorch gate blocks)."""

@@ -121,8 +121,8 @@ def act_map(device, dtype, y, x, kind):
 
 def gate_act(device, dtype, y, a, c, rows, D, H, GW, off, kind):
     """``y[r][d][j] = a[r][d][off + j] * act(c[r][d][j])`` for ``[rows][D][H]`` ``y`` and ``c``
-    and ``[rows][D][GW]`` ``a`` (an LSTM's ``h = o * g(c)`` from its saved gates; with the
-    identity, a Hadamard product)."""
+    and ``[rows][D][GW]`` ``a`` (a gate block times an activation of another sequence; with
+    the identity, the Hadamard product the TensorFlow ops use)."""
     if rows == 0 or D == 0 or H == 0:
         return
     vw = _util_width(dtype, H, GW, off)

@@ -35,8 +35,9 @@ __kernel void pyrnn_act_map(__global real *y, __global const real *x, const int 
     STOREV(pyrnn_act(kind, LOADV(x + i)), y + i);
 }
 
-/* y[r][d][j] = a[r][d][off + j] * act(c[r][d][j]): rebuilds h = o . act(c) of an LSTM from a
- * gate block of width-GW rows and the cell sequence. Global size (H / REC_VW, D, rows). */
+/* y[r][d][j] = a[r][d][off + j] * act(c[r][d][j]): a gate block of width-GW rows times an
+ * activation of another sequence (with the identity, a Hadamard product). Global size
+ * (H / REC_VW, D, rows). */
 __kernel void pyrnn_gate_act(__global real *y, __global const real *a, __global const real *c,
                              const int H, const int GW, const int off, const int kind)
 {
