@@ -30,6 +30,12 @@ N, I, H = 5, 3, 8
 SHORT, LONG = 6, 60
 
 
+def _random(rng, *shape, scale=1.0, device=None):
+    """float32 normal values of ``shape`` (times ``scale``), on ``device`` when given."""
+    a = (scale * rng.standard_normal(shape)).astype(np.float32)
+    return a if device is None else cla.to_device(device.queue, a)
+
+
 def _on_device(device, arrays):
     return {k: (cla.to_device(device.queue, np.ascontiguousarray(v)) if v is not None else None)
             for k, v in arrays.items()}
@@ -83,10 +89,10 @@ def test_cudnn_forward_and_backprop_grow_only_by_their_results(device, monkeypat
     rng = np.random.default_rng(2)
     size = rc.cudnn_rnn_params_size(L, H, I, rnn_mode=mode, direction="bidirectional",
                                     num_proj=proj)
-    params = cla.to_device(device.queue, (0.3 * rng.standard_normal(size)).astype(np.float32))
+    params = _random(rng, size, scale=0.3, device=device)
 
     def arr(*shape):
-        return cla.to_device(device.queue, rng.standard_normal(shape).astype(np.float32))
+        return _random(rng, *shape, device=device)
 
     def run(T, live):
         """Bytes beyond the results at the peak of the forward and of the backprop."""
@@ -135,13 +141,9 @@ def test_cudnn_reserve_parts_the_device_cannot_address_are_copied(device, monkey
     kw = dict(rnn_mode="lstm", direction="bidirectional", num_proj=3, dropout=0.3, seed=9)
     size = rc.cudnn_rnn_params_size(L, H, I, rnn_mode="lstm", direction="bidirectional",
                                     num_proj=3)
-    params = (0.3 * rng.standard_normal(size)).astype(np.float32)
-    x = rng.standard_normal((T, N, I)).astype(np.float32)
-    h0 = rng.standard_normal((2 * L, N, 3)).astype(np.float32)
-    c0 = rng.standard_normal((2 * L, N, H)).astype(np.float32)
-    ups = (rng.standard_normal((T, N, 6)).astype(np.float32),
-           rng.standard_normal((2 * L, N, 3)).astype(np.float32),
-           rng.standard_normal((2 * L, N, H)).astype(np.float32))
+    params = _random(rng, size, scale=0.3)
+    x, h0, c0 = _random(rng, T, N, I), _random(rng, 2 * L, N, 3), _random(rng, 2 * L, N, H)
+    ups = _random(rng, T, N, 6), _random(rng, 2 * L, N, 3), _random(rng, 2 * L, N, H)
     lens = np.array([5, 0, 3, 1, 4], np.int32)
 
     def run():
@@ -169,12 +171,10 @@ def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
     kw = dict(rnn_mode="gru", direction="bidirectional", dropout=0.25, seed=1)
     size = rc.cudnn_rnn_params_size(L, H, I, rnn_mode="gru", direction="bidirectional")
 
-    def dev(*shape, scale=1.0):
-        return cla.to_device(device.queue,
-                             (scale * rng.standard_normal(shape)).astype(np.float32))
-
-    x, h0, params = dev(T, N, I), dev(2 * L, N, H), dev(size, scale=0.3)
-    ups = (dev(T, N, 2 * H), dev(2 * L, N, H), None)
+    x, h0 = _random(rng, T, N, I, device=device), _random(rng, 2 * L, N, H, device=device)
+    params = _random(rng, size, scale=0.3, device=device)
+    ups = (_random(rng, T, N, 2 * H, device=device), _random(rng, 2 * L, N, H, device=device),
+           None)
     y, hn, cn, res, host = rc.cudnn_rnn(x, h0, None, params, **kw, device=device)
     want = rc.cudnn_rnn_backprop(x, h0, None, params, None, y, hn, cn, *ups, res, host, **kw,
                                  device=device)
