@@ -474,13 +474,11 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
     steps = max(1, min(T, -(-bwd_rows // max(N, 1))))
     out = dict.fromkeys(("inputs", "reserve", "fwd_workspace", "bwd_workspace", "bwd_sequence",
                          "grad_outputs"), 0)
-    widths = cfg.layer_inputs()
-    for l, width in enumerate(widths):
+    for l, width in enumerate(cfg.layer_inputs()):
         GH = D * G * H
         seq_h = T * N * D * H
         out["inputs"] += T * N * width + GH * width + D * G * H * H + GH + (D * H if gru else 0)
-        reserve = T * N * GH + seq_h + (seq_h if lstm else 0)
-        out["reserve"] += reserve
+        out["reserve"] += T * N * GH + seq_h + (seq_h if lstm else 0)
         packed = D * G * H * H
         out["fwd_workspace"] += packed                             # R packed
         bwd = packed * (2 if gru else 1)                           # transposed pack (+ R)
