@@ -178,6 +178,27 @@ def _vector_width(limit, *sizes):
     return 1
 
 
+def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
+    """Whether a layer whose step is one kernel runs the whole sequence in one launch (one
+    work-group per ``REC_NB`` batch rows and direction, holding every unit; a barrier between
+    steps) instead of one launch per step. Tuning values (0: off):
+
+    * ``REC_SEQ_BYTES``: always when one direction's ``R`` has at most this many bytes; such
+      layers are bound by launch and host time.
+    * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES``: a larger ``R``, up to
+      ``REC_SEQ_MAX_BYTES``, when the launch still has a work-group per compute unit and
+      ``groups x R`` (what the groups stream from cache every step: each reads all of its
+      direction's ``R``, where per-step launches let neighbouring batch groups share a slab)
+      is at most ``REC_SEQ_STREAM_BYTES``.
+    """
+    if r_bytes <= 0:
+        return False
+    if r_bytes <= int(tuning.get("REC_SEQ_BYTES", 0)):
+        return True
+    return (r_bytes <= int(tuning.get("REC_SEQ_MAX_BYTES", 0)) and groups >= compute_units
+            and groups * r_bytes <= int(tuning.get("REC_SEQ_STREAM_BYTES", 0)))
+
+
 class Recurrence:
     """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
 
@@ -206,11 +227,10 @@ class Recurrence:
         self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
         # work-items per group along the batch-group dimension (0: the driver chooses)
         self.wg = max(0, int(tuning.get("REC_WG", 0)))
-        # whole sequence in one launch when one direction's R is at most REC_SEQ_BYTES
-        # (0: never) and the step is one kernel (no projection, single-phase cell)
-        seq_bytes = int(tuning.get("REC_SEQ_BYTES", 0))
-        self.fused = (0 < cell.G * self.H * self.K * self.dtype.itemsize <= seq_bytes
-                      and not self.P and not cell.two_phase)
+        self.fused = (not self.P and not cell.two_phase
+                      and _whole_sequence_fits(tuning, device.info.compute_units,
+                                               cell.G * self.H * self.K * self.dtype.itemsize,
+                                               self.D * ((self.N + self.nb - 1) // self.nb)))
         # rows (steps x N) of gate gradients per backward chunk
         self.bwd_rows = max(1, int(tuning.get("REC_BWD_ROWS", 2048)))
         self.G = cell.G

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -140,8 +141,27 @@ def test_main_list_and_bad_arguments(capsys):
         bench.main(["--block", "-1"])
 
 
+def test_pin_pocl_workers(monkeypatch):
+    """POCL_AFFINITY=1 only when unset and the process may run on CPUs 0..threads-1."""
+    env = {}
+    monkeypatch.setattr(os, "environ", env)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert bench.pin_pocl_workers(2) and env == {"POCL_AFFINITY": "1"}
+    env["POCL_AFFINITY"] = "0"                      # the user's choice stays
+    assert not bench.pin_pocl_workers(2) and env == {"POCL_AFFINITY": "0"}
+    env.clear()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3})
+    assert not bench.pin_pocl_workers(2) and env == {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert not bench.pin_pocl_workers(None) and env == {}     # 4 CPUs, 2 allowed
+    assert bench.pin_pocl_workers(2) and env == {"POCL_AFFINITY": "1"}
+
+
 def test_main_writes_json_and_png(device, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(bench, "CONFIGS", (TINY[0],))
+    # main sets POCL_AFFINITY (too late for this process's PoCL): keep it out of os.environ
+    monkeypatch.setattr(os, "environ", dict(os.environ))
     out = tmp_path / "r.json"
     argv = ["--configs", "smoke-lstm", "--repeat", "1", "--json", str(out), "--no-progress",
             "--device", f"{device.info.index}"]

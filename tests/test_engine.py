@@ -422,3 +422,20 @@ def test_input_product_in_the_sequence_kernel(device, monkeypatch, cell, dtype):
     in_kernel = cell != "gru-before" and 0 < G * H * H * np.dtype(dtype).itemsize <= seq_bytes
     # the training forward and the gradient op's own forward-free path: no GEMM when in-kernel
     assert (len(calls) == 0) == in_kernel, (cell, len(calls))
+
+
+def test_whole_sequence_rule():
+    """Which layers run the whole sequence in one launch (``engine._whole_sequence_fits``), from
+    the three tuning values as documented: small R always; a larger R (up to the maximum) only
+    with a work-group per compute unit and at most the streamed-bytes limit per step."""
+    fits = engine._whole_sequence_fits
+    t = {"REC_SEQ_BYTES": 256, "REC_SEQ_MAX_BYTES": 4096, "REC_SEQ_STREAM_BYTES": 16384}
+    assert fits(t, 2, 256, 1)                  # small: always, even one group on two units
+    assert not fits(t, 2, 0, 4)                # no weights (H = 0): never
+    assert not fits(t, 2, 257, 1)              # larger, fewer groups than compute units
+    assert fits(t, 2, 257, 2)
+    assert fits(t, 2, 4096, 4)                 # 4 x 4096 = the stream limit
+    assert not fits(t, 2, 4096, 5)             # over the stream limit
+    assert not fits(t, 1, 4097, 1)             # over the maximum
+    assert not fits({"REC_SEQ_BYTES": 256}, 1, 257, 8)   # no maximum given: small layers only
+    assert not fits({}, 1, 1, 1)                         # no values: never

@@ -46,8 +46,12 @@ class PoclProfile(VendorProfile):
             # measured on a 2-core Zen 4 (docs/benchmarks.md): VW=16 x NB=4 x 4 gates is the
             # largest register tile without spills (NB=8 spilled: -15 %); one work-item per
             # group keeps a single specialisation per kernel; layers whose R fits 256 KiB run
-            # the whole sequence in one launch (tiny LSTM 128/8/100: 28 -> 18 us per step)
-            "recurrence": {"REC_VW": 16, "REC_NB": 4, "REC_WG": 1, "REC_SEQ_BYTES": 1 << 18},
+            # the whole sequence in one launch (tiny LSTM 128/8/100: 28 -> 18 us per step),
+            # larger ones up to 4 MiB when every core gets a work-group and the groups stream at
+            # most 32 MiB of R per step (forward: LSTM 256/16/150 -18 %, GRU 512/16 -17 %,
+            # LSTM 512/16 -9 %; LSTM 512/64 (64 MiB) was 9 % slower, N = 1 11 % slower)
+            "recurrence": {"REC_VW": 16, "REC_NB": 4, "REC_WG": 1, "REC_SEQ_BYTES": 1 << 18,
+                           "REC_SEQ_MAX_BYTES": 1 << 22, "REC_SEQ_STREAM_BYTES": 1 << 25},
         },
     }
 
