@@ -439,3 +439,32 @@ def test_whole_sequence_rule():
     assert not fits(t, 1, 4097, 1)             # over the maximum
     assert not fits({"REC_SEQ_BYTES": 256}, 1, 257, 8)   # no maximum given: small layers only
     assert not fits({}, 1, 1, 1)                         # no values: never
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_whole_sequence_kernels_at_mid_sizes(device, monkeypatch, cell):
+    """A layer whose R is over ``REC_SEQ_BYTES`` (H = 272: 296 KiB for the vanilla cell, up to
+    1.2 MiB for the LSTM), bidirectional, with a work-group per compute unit: forward and
+    gradients against the reference with the device's own tuning, and on a device whose
+    tuning gives such layers the whole-sequence kernels (PoCL), they ran."""
+    kind, _ = CELLS[cell]
+    launched = []
+    real = engine.Recurrence._fused_launch
+
+    def recording(self, prog, name, args):
+        ran = real(self, prog, name, args)
+        launched.append((name, ran))
+        return ran
+
+    monkeypatch.setattr(engine.Recurrence, "_fused_launch", recording)
+    cu = max(1, device.info.compute_units)
+    N = 4 * ((cu + 1) // 2) + 1            # 2 x ceil(N/4) >= compute units (REC_NB = 4)
+    _check(device, cell, S.Shape("mid", T=5, N=N, I=32, H=272), np.float32, seed=272)
+    G = S.GATES[kind]
+    tuning = device.tuning("recurrence")
+    nb = min(int(tuning.get("REC_NB", 4)), 1 << max(0, N - 1).bit_length())
+    expect = cell != "gru-before" and engine._whole_sequence_fits(
+        tuning, cu, G * 272 * 272 * 4, 2 * ((N + nb - 1) // nb))
+    assert launched, "no layer ran"
+    assert all(ran == expect for _, ran in launched), (launched, expect)
+    assert {name for name, _ in launched} == {"pyrnn_fwd_seq", "pyrnn_bwd_seq"}
