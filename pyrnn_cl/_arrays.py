@@ -331,7 +331,7 @@ class Call:
 
     def out(self, a, shape=None):
         """An output in the caller's kind (NumPy or device array), reshaped to ``shape``."""
-        if shape is not None:
+        if shape is not None and tuple(a.shape) != tuple(shape):
             a = a.reshape(shape)
         if self.numpy_out:
             return a.get(queue=self.queue) if a.size else np.zeros(a.shape, self.dtype)

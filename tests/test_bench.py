@@ -132,6 +132,7 @@ def test_run_bench_structure(device):
 def test_main_list_and_bad_arguments(capsys):
     assert bench.main(["--list"]) == 0
     assert "tiny-latency" in capsys.readouterr().out
+    assert bench.main(["--list", "--no-pin"]) == 0
     with pytest.raises(SystemExit) as exc:
         bench.main(["--configs", "nope"])
     assert exc.value.code == 2
