@@ -5,9 +5,10 @@ A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
 1. **Input projection for all T steps at once** (:func:`input_projection`, one GEMM with the
    bias added in its store): ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]``
    (gate blocks in the caller's order). Dialects without input weights fill ``gx`` themselves
-   (MPSGraph ``input_weight=None``, cuDNN ``skip_input``). A small layer given ``x`` and ``W``
-   instead (:meth:`Recurrence.forward`) computes ``x[t] W^T + b_x`` inside its whole-sequence
-   kernel from ``W`` packed like ``R`` (``HAS_XW``): no GEMM launch, no gx round trip.
+   (MPSGraph ``input_weight=None``, cuDNN ``skip_input``). A layer that runs the whole sequence
+   in one launch (:func:`_whole_sequence_fits`), given ``x`` and ``W`` instead
+   (:meth:`Recurrence.forward`), computes ``x[t] W^T + b_x`` inside that kernel from ``W``
+   packed like ``R`` (``HAS_XW``): no GEMM launch, no gx round trip.
 2. **One fused kernel per step** (``pyrnn_fwd`` in ``cl/recurrence.cl``): the recurrent product
    ``(h[t-1] . m) R^T + b_h`` from packed weights, the cell's pointwise maths (``cl/cells/*.cl``)
    and the values backward needs, written over ``gx`` in place (the *saved gates*). Both
@@ -346,8 +347,8 @@ class Recurrence:
         ``[T][N][D*K]``, ``cs`` (LSTM) and ``hs`` (projection: h before it).
 
         Instead of ``gx`` (None), the source ``x`` ``[T][N][I]``, the input weight ``w``
-        ``[D][G*H][I]`` and the input bias ``xb`` ``[D][G*H]`` (or None) may be given: a small
-        layer then computes ``x[t] W^T + b`` inside its whole-sequence kernel (no GEMM launch
+        ``[D][G*H][I]`` and the input bias ``xb`` ``[D][G*H]`` (or None) may be given: a layer
+        with whole-sequence kernels then computes ``x[t] W^T + b`` inside them (no GEMM launch
         and no gx round trip; tiny LSTM forward 25-30 % faster), any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
 
