@@ -43,7 +43,7 @@ from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "input_projection", "util_program",
-           "copy3", "add_rows", "act_map", "gate_act"]
+           "copy3", "add_rows", "act_map", "multiply"]
 
 _I32 = np.int32
 _I64 = np.int64
@@ -90,7 +90,7 @@ class InputSide:
 
 def util_program(device, dtype, vw=1):
     """The program of ``cl/util.cl`` for ``dtype`` with ``vw`` elements per work-item in its
-    vectorised kernels (``add_rows``, ``act_map``, ``gate_act``)."""
+    vectorised kernels (``add_rows``, ``act_map``, ``multiply``)."""
     return get_program(device, "util.cl", {"PYRNN_DTYPE": dtype_code(dtype), "REC_VW": vw})
 
 
@@ -120,17 +120,15 @@ def act_map(device, dtype, y, x, kind):
     enqueue(device.queue, knl, (y.size // vw,))
 
 
-def gate_act(device, dtype, y, a, c, rows, D, H, GW, off, kind):
-    """``y[r][d][j] = a[r][d][off + j] * act(c[r][d][j])`` for ``[rows][D][H]`` ``y`` and ``c``
-    and ``[rows][D][GW]`` ``a`` (a gate block times an activation of another sequence; with
-    the identity, the Hadamard product the TensorFlow ops use)."""
-    if rows == 0 or D == 0 or H == 0:
+def multiply(device, dtype, y, a, b):
+    """``y = a ⊙ b`` element-wise for arrays of one size (the Hadamard product of the
+    TensorFlow ops)."""
+    if y.size == 0:
         return
-    vw = _util_width(dtype, H, GW, off)
-    knl = util_program(device, dtype, vw).kernel("pyrnn_gate_act")
-    set_args(knl, y.base_data, a.base_data, c.base_data, _I32(H), _I32(GW), _I32(off),
-             _I32(kind))
-    enqueue(device.queue, knl, (H // vw, D, rows))
+    vw = _util_width(dtype, y.size)
+    knl = util_program(device, dtype, vw).kernel("pyrnn_mul")
+    set_args(knl, y.base_data, a.base_data, b.base_data)
+    enqueue(device.queue, knl, (y.size // vw,))
 
 
 def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, alpha=1.0,

@@ -168,10 +168,9 @@ def _tanh(call, a):
 
 
 def _hadamard(call, a, b, rows, width):
-    """``a ⊙ b`` of two ``[rows][width]`` arrays (``pyrnn_gate_act`` with the identity)."""
+    """``a ⊙ b`` of two ``[rows][width]`` arrays."""
     out = call.empty((rows, width))
-    engine.gate_act(call.device, call.dtype, out, a, b, rows, 1, width, width, 0,
-                    ACTIVATIONS["none"])
+    engine.multiply(call.device, call.dtype, out, a, b)
     return out
 
 

@@ -339,9 +339,8 @@ def test_set_args_declares_scalar_types(device):
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("H", [1, 6, 12, 32, 48])
 def test_vectorised_util_kernels(device, dtype, H):
-    """``add_rows``, ``act_map`` and ``gate_act`` (util.cl, compiled with the widest vector
-    dividing the row length: 1, 2, 4, 16 or 16/8 here) against NumPy, bidirectional layout with
-    an offset gate block, every activation."""
+    """``add_rows``, ``act_map`` and ``multiply`` (util.cl, compiled with the widest vector
+    dividing the row length: 1, 2, 4, 16 or 16/8 here) against NumPy, every activation."""
     if dtype == F64:
         needs_fp64(device)
     rng = np.random.default_rng(H)
@@ -349,19 +348,19 @@ def test_vectorised_util_kernels(device, dtype, H):
     rows, D, G = 5, 2, 4
     a = rng.standard_normal((rows, D, G * H)).astype(dtype)
     c = rng.standard_normal((rows, D, H)).astype(dtype)
-    ad, cd = cla.to_device(q, a), cla.to_device(q, c)
+    cd = cla.to_device(q, c)
     for name, code in ACTIVATIONS.items():
         act = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "tanh": np.tanh,
                "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
                "hard_sigmoid": lambda v: np.clip(0.2 * v + 0.5, 0, 1)}[name]
-        y = cla.empty(q, (rows, D, H), dtype)
-        engine.gate_act(device, dtype, y, ad, cd, rows, D, H, G * H, 3 * H, code)
-        np.testing.assert_allclose(y.get(), a[:, :, 3 * H:] * act(c.astype(np.float64)),
-                                   rtol=1e-6, atol=1e-6, err_msg=name)
         z = cla.empty(q, c.shape, dtype)
         engine.act_map(device, dtype, z, cd, code)
         np.testing.assert_allclose(z.get(), act(c.astype(np.float64)), rtol=1e-6, atol=1e-6,
                                    err_msg=name)
+    y = cla.empty(q, c.shape, dtype)
+    engine.multiply(device, dtype, y, cd, cla.to_device(q, a[:, :, 3 * H:].copy()))
+    np.testing.assert_allclose(y.get(), a[:, :, 3 * H:] * c.astype(np.float64), rtol=1e-6,
+                               atol=1e-6)
     b = rng.standard_normal(G * H).astype(dtype)
     m = cla.to_device(q, a.reshape(rows * D, G * H))
     engine.add_rows(device, dtype, m, rows * D, G * H, cla.to_device(q, b))

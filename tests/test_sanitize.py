@@ -16,7 +16,7 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
 cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` (one and two passes);
-util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_gate_act``); dropout
+util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_mul``); dropout
 (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
 

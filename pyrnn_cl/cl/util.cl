@@ -1,7 +1,7 @@
 /* util.cl -- small element-wise kernels used around the recurrence: bias broadcast, strided copies
  * (layout changes such as batch-major <-> time-major, slices of layer states) and activations.
  * Sizes, offsets and strides are arguments (elements). pyrnn_add_rows, pyrnn_act_map and
- * pyrnn_gate_act handle REC_VW consecutive elements per work-item (the host compiles this file with
+ * pyrnn_mul handle REC_VW consecutive elements per work-item (the host compiles this file with
  * the widest REC_VW dividing the row length: PoCL does not vectorise across work-items); pyrnn_copy3
  * moves one element per work-item.
  */
@@ -35,14 +35,9 @@ __kernel void pyrnn_act_map(__global real *y, __global const real *x, const int 
     STOREV(pyrnn_act(kind, LOADV(x + i)), y + i);
 }
 
-/* y[r][d][j] = a[r][d][off + j] * act(c[r][d][j]): a gate block of width-GW rows times an
- * activation of another sequence (with the identity, a Hadamard product). Global size
- * (H / REC_VW, D, rows). */
-__kernel void pyrnn_gate_act(__global real *y, __global const real *a, __global const real *c,
-                             const int H, const int GW, const int off, const int kind)
+/* y[i] = a[i] * b[i] (a Hadamard product). Global size (n / REC_VW). */
+__kernel void pyrnn_mul(__global real *y, __global const real *a, __global const real *b)
 {
-    const int j = get_global_id(0) * REC_VW, d = get_global_id(1), D = get_global_size(1);
-    const long r = get_global_id(2);
-    const long hi = (r * D + d) * H + j;
-    STOREV(LOADV(a + (r * D + d) * GW + off + j) * pyrnn_act(kind, LOADV(c + hi)), y + hi);
+    const long i = get_global_id(0) * REC_VW;
+    STOREV(LOADV(a + i) * LOADV(b + i), y + i);
 }
