@@ -471,7 +471,9 @@ def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
     """
     T, N, H, D, G = cfg.T, cfg.N, cfg.H, cfg.directions, cfg.G
     lstm, gru = cfg.cell == "lstm", cfg.cell == "gru"
-    steps = max(1, min(T, -(-bwd_rows // max(N, 1))))
+    from .engine import backward_chunk_steps
+
+    steps = backward_chunk_steps(T, N, bwd_rows)
     out = dict.fromkeys(("inputs", "reserve", "fwd_workspace", "bwd_workspace", "bwd_sequence",
                          "grad_outputs"), 0)
     for l, width in enumerate(cfg.layer_inputs()):

@@ -177,6 +177,12 @@ def _vector_width(limit, *sizes):
     return 1
 
 
+def backward_chunk_steps(T, N, rows):
+    """Steps per backward chunk for ``rows`` (``REC_BWD_ROWS``) rows of gate gradients of
+    ``N`` rows each: ``ceil(rows / N)``, at least one, at most ``T``."""
+    return max(1, min(T, -(-rows // max(N, 1))))
+
+
 def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
     """Whether a layer whose step is one kernel runs the whole sequence in one launch (one
     work-group per ``REC_NB`` batch rows and direction, holding every unit; a barrier between
@@ -444,7 +450,7 @@ class Recurrence:
         the weight-gradient GEMMs of one chunk, at least one; every step when ``full``."""
         if full:
             return max(self.T, 1)
-        return max(1, min(self.T, -(-self.bwd_rows // max(self.N, 1))))
+        return backward_chunk_steps(self.T, self.N, self.bwd_rows)
 
     def backward(self, fwd, R, *, h0: StateView, c0: StateView | None = None, dh0: StateView,
                  dc0: StateView | None = None, hb=None, peep=None, mask=None, lens=None,
