@@ -388,10 +388,12 @@ class _Net:
         as a ``[T][N][width]`` array on a sub-buffer of it, or None where the device cannot
         address that part in place (the caller then copies)."""
         parts = self.lay.reserve_parts(self.T, self.N, self.drop)
-        widths = {"sav": self.D * self.GH, "y": self.D * self.K, "cs": self.D * self.H,
-                  "hs": self.D * self.H, "xd": self.D * self.K}
-        return parts, [{name: sub_array(self.dev, reserve, off, (self.T, self.N, widths[name]))
-                        for name, (off, _) in layer.items()} for layer in parts]
+        return parts, [{name: sub_array(self.dev, reserve, off, self.part_shape(size))
+                        for name, (off, size) in layer.items()} for layer in parts]
+
+    def part_shape(self, size):
+        """``[T][N][width]`` of a reserve part of ``size`` elements (T, N > 0)."""
+        return self.T, self.N, size // (self.T * self.N)
 
     def signature(self):
         return host_signature(self.lay, self.dt.itemsize, self.drop, self.dropout, self.seed,
@@ -572,7 +574,7 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
         if views[l][name] is not None:
             return views[l][name]
         off, size = parts[l][name]
-        out = call.empty((T, N, size // (T * N)))
+        out = call.empty(net.part_shape(size))
         _copy(net.q, out, 0, res, off, size)
         return out
 
