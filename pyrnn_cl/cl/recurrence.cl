@@ -128,10 +128,17 @@ PYRNN_FUNC long ring_off(int t, int n, int d, int N, int D, int W)
 #define CHUNK_PARAMS const int s_lo, const int s_hi, const int ring, __global real *gring
 #define CHUNK_ARGS s_lo, s_hi, ring, gring
 
+/* The time in row 0 of a chunk buffer for a direction (reversed: the chunk's steps are times
+ * T - s_hi .. T - s_lo - 1). */
+PYRNN_FUNC int chunk_t0(int rev, int T, int s_lo, int s_hi)
+{
+    return rev ? T - s_hi : s_lo;
+}
+
 PYRNN_FUNC long chunk_off(int t, int n, int d, int rev, int T, int s_lo, int s_hi, int N, int D,
                           int W)
 {
-    return seq_off(t - (rev ? T - s_hi : s_lo), n, d, N, D, W);
+    return seq_off(t - chunk_t0(rev, T, s_lo, s_hi), n, d, N, D, W);
 }
 
 /* The hidden-side gate gradients [G*H] of (tn, n, d), a step processed before the current one. */
@@ -853,7 +860,7 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
     const int D = get_global_size(2) / (s_hi - s_lo);
     const int i = get_global_id(2) / D, d = get_global_id(2) % D;
     const int rev = (rev_mask >> d) & 1;
-    const int t = i + (rev ? T - s_hi : s_lo);
+    const int t = i + chunk_t0(rev, T, s_lo, s_hi);
     const int len = row_len(lens, n, T);
     const int tp = prev_time(t, rev, len, T);
     realV v = VZERO;
@@ -898,7 +905,7 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
     const int j = get_global_id(0), k = get_global_id(1), d = get_global_id(2);
     const int D = get_global_size(2), GH = CELL_G * H;
     const int rev = (rev_mask >> d) & 1, blk = gate_blk(k) * H + j;
-    const int t0 = rev ? T - s_hi : s_lo, t1 = t0 + s_hi - s_lo;
+    const int t0 = chunk_t0(rev, T, s_lo, s_hi), t1 = t0 + s_hi - s_lo;
     real acc = 0;
     for (int n = 0; n < N; ++n) {
         const int len = row_len(lens, n, T);
