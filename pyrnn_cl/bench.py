@@ -613,6 +613,8 @@ def pin_pocl_workers(threads: int | None = None) -> bool:
     every CPU ``0 .. threads-1`` (``threads``: PoCL's thread count, default the CPU count;
     PoCL would pin outside the allowed set).
     """
+    if threads is not None and int(threads) < 1:
+        raise ValueError(f"threads: got {threads}, expected a value >= 1 (or None)")
     if "POCL_AFFINITY" in os.environ:
         return False
     n = int(threads or os.cpu_count() or 1)

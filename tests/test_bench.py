@@ -157,6 +157,8 @@ def test_pin_pocl_workers(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert not bench.pin_pocl_workers(None) and env == {}     # 4 CPUs, 2 allowed
     assert bench.pin_pocl_workers(2) and env == {"POCL_AFFINITY": "1"}
+    with pytest.raises(ValueError, match="threads: got 0"):
+        bench.pin_pocl_workers(0)
 
 
 def test_main_writes_json_and_png(device, tmp_path, capsys, monkeypatch):
