@@ -24,6 +24,12 @@ Variables (unset or empty means the default):
     ``1`` turns non-empty build logs into ``CompilerWarning`` (they are always logged at DEBUG).
 ``PYRNN_CL_DUMP_SOURCE``
     ``1`` writes every expanded kernel source to ``<cache dir>/source/<key>.cl``.
+``PYRNN_CL_TUNING``
+    ``0`` ignores every tuned entry (user and shipped databases): the derived defaults and the
+    profiles' tables only. Default: on.
+``PYRNN_CL_AUTOTUNE``
+    ``1`` runs a short tune (``pyrnn_cl.tuner.autotune``) on each device's first use when it has
+    no tuned entry, and stores the result, like ``torch.backends.cudnn.benchmark``.
 ``PYRNN_CL_TEST``
     Device filter for the test-suite, in ``PYOPENCL_TEST`` syntax (``"0:0,1;intel:i5"``);
     ``pyrnn_cl.devices.select_devices`` parses it.
@@ -107,6 +113,16 @@ def compiler_output() -> bool:
 def dump_source() -> bool:
     """``PYRNN_CL_DUMP_SOURCE``: write every expanded kernel source next to the cache."""
     return _flag("PYRNN_CL_DUMP_SOURCE")
+
+
+def use_tuned() -> bool:
+    """``PYRNN_CL_TUNING``: apply tuned entries (true unless set to a false word)."""
+    return _get("PYRNN_CL_TUNING") is None or _flag("PYRNN_CL_TUNING")
+
+
+def autotune() -> bool:
+    """``PYRNN_CL_AUTOTUNE``: tune a device without a tuned entry on its first use."""
+    return _flag("PYRNN_CL_AUTOTUNE")
 
 
 def test_filter() -> str | None:

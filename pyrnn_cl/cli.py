@@ -3,6 +3,7 @@
 * ``devices [-v]``: every OpenCL platform and device, the default marked ``*``.
 * ``selftest [...]``: every op against the float64 reference (``pyrnn_cl.selftest.main``).
 * ``bench [...]``: benchmarks (``pyrnn_cl.bench.main``).
+* ``tune [...]``: the autotuner (``pyrnn_cl.tuner.main``).
 
 ``selftest`` and ``bench`` live in their own modules, imported only when asked for; their
 arguments are passed through as a list of strings and their return value is the exit status.
@@ -20,6 +21,7 @@ __all__ = ["main", "devices_table"]
 _DELEGATED = {
     "selftest": ("pyrnn_cl.selftest", "run every op on a device against the float64 reference"),
     "bench": ("pyrnn_cl.bench", "benchmark the kernels on a device"),
+    "tune": ("pyrnn_cl.tuner", "tune the kernels on a device and store the result"),
 }
 
 
@@ -30,9 +32,10 @@ def _gib(size: int) -> str:
 def devices_table(infos, default_info=None, verbose: bool = False) -> str:
     """The ``devices`` table for ``infos``; the row equal to ``default_info`` gets a ``*``."""
     from .devices import profile_for, rank_key
+    from .tuning import is_tuned
 
     header = ("", "index", "platform", "device", "profile", "type", "fp64", "fp16", "CUs",
-              "memory", "OpenCL C")
+              "memory", "OpenCL C", "tuned")
     rows = []
     for info in infos:
         skipped = rank_key(info) is None
@@ -48,6 +51,7 @@ def devices_table(infos, default_info=None, verbose: bool = False) -> str:
             str(info.compute_units),
             _gib(info.global_mem_size),
             info.opencl_c_version.replace("OpenCL C", "").strip() or "?",
+            is_tuned(info) or "no",
         ))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()
@@ -63,8 +67,22 @@ def devices_table(infos, default_info=None, verbose: bool = False) -> str:
                 f"    max work-group size: {info.max_work_group_size}; local memory: "
                 f"{info.local_mem_size // 1024} KiB",
                 f"    extensions: {' '.join(info.extensions) or '(none)'}",
+                f"    tuning: {_tuning_line(info)}",
             ]
     return "\n".join(lines)
+
+
+def _tuning_line(info) -> str:
+    """Where the device's tuning comes from, for ``devices -v``."""
+    from . import tuning
+
+    where = tuning.is_tuned(info)
+    if where == "user":
+        return f"tuned entry {tuning.entry_path(info)}"
+    if where == "shipped":
+        return f"entry shipped with pyrnn_cl ({tuning.shipped_path(info).name})"
+    return ("derived from the device's queries (not tuned: `pyrnn-cl tune --device "
+            f"{info.index}` would write {tuning.entry_path(info)})")
 
 
 def _cmd_devices(args) -> int:

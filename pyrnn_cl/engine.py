@@ -222,22 +222,19 @@ class Recurrence:
                           HAS_PEEP=int(has_peep), HAS_PROJ=int(bool(P)))
         self.clip = float(clip)
         tuning = device.tuning("recurrence")
-        if self.dtype == np.float32:
-            limit = int(tuning.get("REC_VW", 8))
-        else:   # same register bytes as float32 unless the table says otherwise
-            limit = int(tuning.get("REC_VW_F64", max(1, int(tuning.get("REC_VW", 8)) // 2)))
+        limit = int(tuning["REC_VW"] if self.dtype == np.float32 else tuning["REC_VW_F64"])
         self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
-        nb = max(1, int(tuning.get("REC_NB", 4)))
+        nb = max(1, int(tuning["REC_NB"]))
         self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
         # work-items per group along the batch-group dimension (0: the driver chooses)
-        self.wg = max(0, int(tuning.get("REC_WG", 0)))
+        self.wg = max(0, int(tuning["REC_WG"]))
         self.fused = (not self.P and not cell.two_phase
                       and _whole_sequence_fits(tuning, device.info.compute_units,
                                                cell.G * self.H * self.K * self.dtype.itemsize,
                                                self.D * ((self.N + self.nb - 1) // self.nb)))
         # rows (steps x N) of gate gradients per backward chunk
-        self.bwd_rows = max(1, int(tuning.get("REC_BWD_ROWS", 2048)))
+        self.bwd_rows = max(1, int(tuning["REC_BWD_ROWS"]))
         self.G = cell.G
         self._programs = {}
         self._check_memory(backward=False)

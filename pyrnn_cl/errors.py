@@ -32,3 +32,8 @@ class BuildError(RuntimeError):
 
 class CompilerWarning(UserWarning):
     """A successful build produced a non-empty compiler log (shown only on request)."""
+
+
+class TuningWarning(UserWarning):
+    """A tuning entry was ignored (corrupt, foreign device, other kernel version) or a tune could
+    not finish; the derived defaults apply."""

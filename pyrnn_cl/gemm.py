@@ -16,8 +16,9 @@ inside the work-item, no local memory):
 * otherwise one launch: NN/TN ``pyrnn_gemm_outer`` on A and B as stored; TT the same on
   ``C^T = B A``; NT ``pyrnn_gemm_dot`` (rows of A and B are both contiguous along k).
 
-Tunables (``device.tuning("gemm")`` for float32, ``device.tuning("gemm_f64")`` for float64; a
-missing key keeps the default below / in ``gemm.cl``):
+Tunables (``device.tuning("gemm")`` for float32, ``device.tuning("gemm_f64")`` for float64;
+defaults derived from the device in :func:`pyrnn_cl.tuning.derive`, tuned by ``pyrnn-cl tune``;
+the names and ranges are :data:`pyrnn_cl.tuning.SPACE`):
 
 ==================  ===========================================================================
 ``GEMM_TM``         rows of C per work-item (outer kernel)
@@ -49,21 +50,15 @@ from .programs import enqueue, get_program, set_args
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
-# Defaults of the host-only tunables (work-group sizes along dimension 0, packing thresholds in
-# multiply-adds m*n*k*batch and rows m); kernel tunables also default in the .cl files.
-_DEFAULT_HOST = {"GEMM_WG": 16, "GEMM_PACK_WG": 8, "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
+# The host-only tunables (work-group sizes along dimension 0, packing thresholds in
+# multiply-adds m*n*k*batch and rows m); the others are #defines of gemm.cl.
+_HOST_KEYS = ("GEMM_WG", "GEMM_PACK_WG", "GEMM_PACK_MIN", "GEMM_PACK_MIN_M")
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
-_DEFAULT_KERNEL = {1: {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16},
-                   2: {"GEMM_TM": 4, "GEMM_TN": 32, "GEMM_VW": 8}}
-_DEFAULT_DOT = {1: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 16, "GEMM_PACK_KC": 16},
-                2: {"GEMM_DTM": 4, "GEMM_DTN": 4, "GEMM_DVW": 8, "GEMM_PACK_KC": 16}}
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
                 "GEMM_PACK_KC")
 _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
-_REDUCE_DEFAULT = {"REDUCE_VW": 16, "REDUCE_NV": 4}
-_REDUCE_WG = 8
 _REDUCE_CHUNK_ROWS = 64  # sum_rows: rows per first-pass chunk at least (two passes from 128 rows)
 _REDUCE_CHUNKS = 16      # sum_rows: at most this many first-pass chunks
 
@@ -106,10 +101,8 @@ def _dtype_code(dtype) -> int:
 
 def _gemm_config(device, code: int) -> tuple[dict, dict]:
     """(defines for gemm.cl, host tunables) for ``device`` and dtype ``code``."""
-    tuning = dict(device.tuning("gemm" if code == 1 else "gemm_f64") or {})
-    defines = dict(_DEFAULT_KERNEL[code])
-    defines.update(_DEFAULT_DOT[code])
-    defines.update({key: int(tuning[key]) for key in _KERNEL_KEYS if key in tuning})
+    tuning = device.tuning("gemm" if code == 1 else "gemm_f64")
+    defines = {key: int(tuning[key]) for key in _KERNEL_KEYS}
     # Keep the combination valid whatever the table says: vector widths OpenCL has, and GEMM_TN
     # a positive multiple of GEMM_VW.
     for key in ("GEMM_VW", "GEMM_DVW"):
@@ -119,8 +112,7 @@ def _gemm_config(device, code: int) -> tuple[dict, dict]:
     for key in ("GEMM_TM", "GEMM_DTM", "GEMM_DTN", "GEMM_PACK_KC"):
         defines[key] = max(1, defines[key])
     defines["PYRNN_DTYPE"] = code
-    host = dict(_DEFAULT_HOST)
-    host.update({key: int(tuning[key]) for key in _DEFAULT_HOST if key in tuning})
+    host = {key: int(tuning[key]) for key in _HOST_KEYS}
     host["GEMM_WG"] = max(1, host["GEMM_WG"])
     host["GEMM_PACK_WG"] = max(1, host["GEMM_PACK_WG"])
     host["GEMM_PACK_KC"] = defines["GEMM_PACK_KC"]
@@ -416,18 +408,17 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
         a_off, stride_a = int(a_offset) + a_extra, int(stride_a)
         _check_extent("a", a_buf, itemsize, a_off, rows, cols, lda, batch, stride_a)
 
-    tuning = dict(device.tuning("reduce") or {})
-    defines = dict(_REDUCE_DEFAULT)
-    defines.update({key: int(v) for key, v in tuning.items() if key in ("REDUCE_VW", "REDUCE_NV")})
+    tuning = device.tuning("reduce")
+    defines = {key: int(tuning[key]) for key in ("REDUCE_VW", "REDUCE_NV")}
     if defines["REDUCE_VW"] not in _VECTOR_WIDTHS:
         defines["REDUCE_VW"] = 1
-    if code == 2 and "REDUCE_VW" not in tuning:
-        defines["REDUCE_VW"] = 8
+    if code == 2:   # the same register bytes as float32
+        defines["REDUCE_VW"] = max(1, defines["REDUCE_VW"] // 2)
     defines["REDUCE_NV"] = max(1, defines["REDUCE_NV"])
     defines["PYRNN_DTYPE"] = code
     prog = get_program(device, "reduce.cl", defines)
     name = "pyrnn_sum_rows"
-    wg = max(1, min(int(tuning.get("REDUCE_WG", _REDUCE_WG)), prog.work_group_size(name)))
+    wg = max(1, min(int(tuning["REDUCE_WG"]), prog.work_group_size(name)))
     strips = _round_up(-(-cols // (defines["REDUCE_VW"] * defines["REDUCE_NV"])), wg)
 
     def run(rows, rb, chunks, beta, a_buf, a_off, lda, stride_a, out, out_off, out_chunk,

@@ -16,6 +16,7 @@ from pyrnn_cl.devices import Device, get_device  # noqa: E402
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
 import pyrnn_cl.gemm as gemm_module  # noqa: E402
 from pyrnn_cl.gemm import gemm, sum_rows  # noqa: E402
+from pyrnn_cl.tuning import derive  # noqa: E402
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 DTYPES = [np.float32, np.float64]
@@ -31,17 +32,18 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module", params=["profile", "defaults"])
+@pytest.fixture(scope="module", params=["resolved", "derived"])
 def dev(request):
-    """The default device with its profile's tuning, and with none (the built-in defaults)."""
+    """The default device with its resolved tuning (tuned entries included), and with the
+    derived defaults only."""
     try:
         device = get_device()
     except DeviceNotFoundError as exc:
         pytest.skip(str(exc))
-    if request.param == "profile":
+    if request.param == "resolved":
         return device
     plain = Device(device.cl_device, context=device.context, queue=device.queue, info=device.info)
-    plain.tuning = lambda family: {}
+    plain.tuning = lambda family: dict(derive(device.info, device.profile)[family])
     return plain
 
 
@@ -261,7 +263,7 @@ def test_other_tile_configs(dev, ta, tb, monkeypatch):
          "GEMM_FMA": 0, "GEMM_WG": 1, "GEMM_PACK_KC": 1, "GEMM_PACK_WG": 1},
     ):
         other = Device(dev.cl_device, context=dev.context, queue=dev.queue, info=dev.info)
-        monkeypatch.setattr(other, "tuning", lambda family, t=tuning: dict(t))
+        monkeypatch.setattr(other, "tuning", lambda family, t=tuning: dict(dev.tuning(family), **t))
         for pack in PACKINGS:
             monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
             for m, n, k in [(1, 1, 1), (13, 17, 19), (40, 9, 33)]:

@@ -31,7 +31,7 @@ from .. import _env
 from ..errors import DeviceNotFoundError, UnsupportedError
 from .amd import AmdProfile
 from .apple import AppleProfile
-from .base import DEFAULT_TUNING, VendorProfile
+from .base import VendorProfile
 from .generic import GenericProfile
 from .info import DeviceInfo
 from .intel import IntelProfile
@@ -42,7 +42,6 @@ __all__ = [
     "Device",
     "DeviceInfo",
     "VendorProfile",
-    "DEFAULT_TUNING",
     "list_devices",
     "get_device",
     "resolve_device",
@@ -302,6 +301,7 @@ class Device:
             queue = cl.CommandQueue(self.context, cl_device)
             _remember(queue, self)        # arrays made on this queue resolve to this device
         self.queue = queue
+        self._tuning_trial = None   # pyrnn_cl.tuning.trial: the tuner's candidate values
 
     @classmethod
     def from_queue(cls, queue) -> Device:
@@ -342,8 +342,18 @@ class Device:
         return dt
 
     def tuning(self, family: str) -> dict:
-        """Tuning values of a kernel family (``"gemm"``, ``"recurrence"``) for this device."""
-        return self.profile.tuning(self.info, family)
+        """Tuning values of a kernel family (``"gemm"``, ``"gemm_f64"``, ``"reduce"``,
+        ``"recurrence"``) for this device: derived from its queries, its profile's table and a
+        tuned entry (:mod:`pyrnn_cl.tuning`)."""
+        from .. import tuning
+
+        return tuning.device_tuning(self, family)
+
+    def tuning_source(self, family: str) -> str:
+        """Where :meth:`tuning`'s values of ``family`` come from (``"derived"``, ...)."""
+        from .. import tuning
+
+        return tuning.source(self, family)
 
     def __repr__(self) -> str:
         return f"<pyrnn_cl Device {self.info.describe()} profile={self.profile.name}>"

@@ -11,17 +11,10 @@ class AmdProfile(VendorProfile):
 
     # Wavefront: 64 on GCN/CDNA, 32 on RDNA (which can also run wave64); 64 is the safe multiple.
     simd_width = 64
-    # ROCm has been seen to give silently wrong results after a Linux kernel update, without an
-    # API error (pitfalls C9): the selftest against the float64 reference is the defence, and
-    # the driver version is part of the cache key.
-    wrong_results_seen = True
-
-    TUNING = {
-        "default": {
-            "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 4, "GEMM_WG": 256},
-            "recurrence": {"REC_VW": 4, "REC_NB": 4},
-        },
-    }
+    # (Note:) ROCm has been seen to give silently wrong results after a Linux kernel update,
+    # without an API error (pitfalls C9): the selftest against the float64 reference is the
+    # defence, the driver version is part of the kernel cache key and of a tuning entry's key,
+    # and the tuner checks every candidate's results before timing it.
 
     def matches(self, info) -> bool:
         if is_mesa(info):

@@ -9,12 +9,17 @@ and without touching OpenCL:
 * ``default_rank(info)``: where the device sits in the default choice (API.md §4), or ``None``
   when it is never picked unless asked for by name.
 * ``build_options(info)`` and ``filter_log(log)``: compiler options and benign log lines.
-* ``tuning(info, family)``: launch/tiling parameters of a kernel family, looked up in the
-  ``TUNING`` table through the chain *device-name entry -> vendor default -> generic default*
-  (CLBlast's database order, style.md §1.3).
+* ``table_tuning(info, family)``: the profile's measured starting points for a kernel family
+  (its ``TUNING`` table: vendor default, then the longest device-name entry), applied by
+  :func:`pyrnn_cl.tuning.resolve` on top of the defaults derived from the device's queries and
+  below a tuned entry (CLBlast's database order, style.md §1.3).
 
 Quirks are plain class attributes, each with a comment giving the reason, so a reader sees every
-vendor difference in one short file per vendor.
+vendor difference in one short file per vendor; every attribute is read by code (the tuning
+derivation reads ``simd_width``, ``prefers_explicit_vectors`` and
+``specialises_per_local_size``). Behaviour that needs no switch because the code always does the
+safe thing (asking each kernel's work-group limit, unconditional barriers) is described in
+comments only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from typing import ClassVar
 
 __all__ = [
     "VendorProfile",
-    "DEFAULT_TUNING",
     "TIER_FAST_GPU",
     "TIER_APPLE_GPU",
     "TIER_INTEL_GPU",
@@ -41,17 +45,6 @@ TIER_OTHER_GPU = 3  # any other GPU (Mesa rusticl/Clover, PoCL-CUDA, Mali, Adren
 TIER_CPU = 4  # CPU runtimes: PoCL first, then Intel's CPU runtime, then others
 TIER_OTHER = 5  # accelerators, FPGA emulators, unknown types
 
-# Generic default tuning per kernel family: the last link of every lookup chain. Kernel files also
-# carry ``#ifndef`` defaults, so a family missing here still compiles. Placeholders until the
-# kernel owners tune them; the keys are the ``#define`` names the kernels read.
-DEFAULT_TUNING: dict[str, dict[str, int]] = {
-    "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 4, "GEMM_WG": 64},
-    # REC_BWD_ROWS: rows (steps x N) of gate gradients per backward chunk; the weight-gradient
-    # GEMMs of a chunk reduce over that many rows (2048: within a few % of all steps at once)
-    "recurrence": {"REC_VW": 8, "REC_NB": 4, "REC_BWD_ROWS": 2048},
-}
-
-
 class VendorProfile:
     """Base profile; subclasses override the class attributes and, rarely, the methods."""
 
@@ -59,23 +52,23 @@ class VendorProfile:
     name: ClassVar[str] = "base"
     #: Matching order: profiles are tried from the highest priority down.
     priority: ClassVar[int] = 0
-    #: ``{key: {family: {NAME: value}}}``; key ``"default"`` is the vendor default, any other key
-    #: is matched as a case-insensitive substring of the device name (longest key wins).
+    #: ``{key: {family: {NAME: value}}}``: measured starting points only (the defaults come
+    #: from the device's queries, pyrnn_cl.tuning.derive); key ``"default"`` is the vendor
+    #: default, any other key is matched as a case-insensitive substring of the device name
+    #: (longest key wins).
     TUNING: ClassVar[dict[str, dict[str, dict[str, int]]]] = {}
 
     # -- quirks (overridden per vendor, each with its reason) ----------------------------------
 
-    #: Threads that execute in lock-step (warp/wavefront/SIMD width); 1 when unknown.
+    #: Threads that execute in lock-step (warp/wavefront/SIMD width) when the device does not
+    #: report it through a vendor query (DeviceInfo.simd_widths); sizes GPU work-groups.
     simd_width: ClassVar[int] = 1
     #: The implementation vectorises explicit vector types (float4) rather than across
-    #: work-items, so kernels should use vector loads on it.
+    #: work-items: kernels use one native vector per work-item and register tiles on it.
     prefers_explicit_vectors: ClassVar[bool] = False
-    #: The runtime keeps its own compiled-kernel cache (our disk cache is still used: it saves
-    #: the front-end work that PoCL/NVIDIA's caches still repeat).
-    caches_builds: ClassVar[bool] = False
-    #: A kernel's work-group limit can be lower than the device's ``max_work_group_size``; always
-    #: ask ``Program.work_group_size(name)`` (true of every OpenCL device; a known trap on some).
-    kernel_wg_limit_below_device: ClassVar[bool] = False
+    #: The implementation compiles a work-group function per local size at the first launch:
+    #: launches use a small fixed set of explicit local sizes.
+    specialises_per_local_size: ClassVar[bool] = False
     #: Regular expressions of benign build-log lines dropped before logging.
     BENIGN_LOG_LINES: ClassVar[tuple[str, ...]] = ()
 
@@ -117,15 +110,13 @@ class VendorProfile:
 
     # -- tuning --------------------------------------------------------------------------------
 
-    def tuning(self, info, family: str) -> dict[str, int]:
-        """Tuning values of ``family`` for ``info``: generic default, updated by this profile's
-        ``"default"`` entry, updated by the longest device-name entry matching ``info.name``.
+    def table_tuning(self, info, family: str) -> dict[str, int]:
+        """This profile's table values of ``family`` for ``info``: the ``"default"`` entry,
+        updated by the longest device-name entry matching ``info.name`` (``{}`` if none).
 
-        Returns a fresh dict (callers may modify it); ``{}`` for a family no table mentions, in
-        which case the kernels' own ``#ifndef`` defaults apply.
+        Returns a fresh dict (callers may modify it).
         """
-        values = dict(DEFAULT_TUNING.get(family, {}))
-        values.update(self.TUNING.get("default", {}).get(family, {}))
+        values = dict(self.TUNING.get("default", {}).get(family, {}))
         device_name = (info.name or "").lower()
         keys = [k for k in self.TUNING if k != "default" and k.lower() in device_name]
         if keys:

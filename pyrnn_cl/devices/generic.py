@@ -10,9 +10,6 @@ class GenericProfile(VendorProfile):
     # Lowest: tried last, and it always matches.
     priority = -1000
 
-    # Empty: the generic default (base.DEFAULT_TUNING) applies as is.
-    TUNING = {}
-
     def matches(self, info) -> bool:
         return True
 

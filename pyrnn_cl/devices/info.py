@@ -51,6 +51,18 @@ class DeviceInfo:
     opencl_c_version: str = ""
     platform_index: int = -1
     device_index: int = -1
+    # What the tuning defaults are derived from (pyrnn_cl.tuning.derive); 0 / () when unknown.
+    native_vector_width_float: int = 0
+    native_vector_width_double: int = 0
+    preferred_vector_width_float: int = 0
+    max_work_item_sizes: tuple[int, ...] = ()
+    local_mem_type: str = ""          # "local" (dedicated), "global" (emulated) or "none"
+    global_mem_cache_size: int = 0
+    global_mem_cacheline_size: int = 0
+    #: lock-step width the device reports (NVIDIA warp, AMD wavefront, Intel sub-group sizes)
+    simd_widths: tuple[int, ...] = ()
+    #: 32-bit registers per work-group (NVIDIA's CL_DEVICE_REGISTERS_PER_BLOCK_NV)
+    registers_per_group: int = 0
 
     def __post_init__(self):
         extensions = tuple(self.extensions)
@@ -61,6 +73,9 @@ class DeviceInfo:
             object.__setattr__(self, "has_fp64", "cl_khr_fp64" in extensions)
         if self.has_fp16 is None:
             object.__setattr__(self, "has_fp16", "cl_khr_fp16" in extensions)
+        object.__setattr__(self, "max_work_item_sizes",
+                           tuple(int(v) for v in self.max_work_item_sizes))
+        object.__setattr__(self, "simd_widths", tuple(int(v) for v in self.simd_widths))
         if self.type not in ("gpu", "cpu", "accelerator", "other"):
             object.__setattr__(self, "type", "other")
 
@@ -117,7 +132,46 @@ class DeviceInfo:
             opencl_c_version=query(lambda: cl_device.opencl_c_version, "").strip(),
             platform_index=platform_index,
             device_index=device_index,
+            native_vector_width_float=query(lambda: int(cl_device.native_vector_width_float), 0),
+            native_vector_width_double=query(
+                lambda: int(cl_device.native_vector_width_double), 0),
+            preferred_vector_width_float=query(
+                lambda: int(cl_device.preferred_vector_width_float), 0),
+            max_work_item_sizes=tuple(query(lambda: list(cl_device.max_work_item_sizes), [])),
+            local_mem_type=_LOCAL_MEM_TYPES.get(query(lambda: int(cl_device.local_mem_type), -1),
+                                                ""),
+            global_mem_cache_size=query(lambda: int(cl_device.global_mem_cache_size), 0),
+            global_mem_cacheline_size=query(lambda: int(cl_device.global_mem_cacheline_size), 0),
+            simd_widths=_simd_widths(cl_device, query),
+            registers_per_group=query(lambda: int(cl_device.get_info(_REGISTERS_PER_BLOCK_NV)),
+                                      0),
         )
+
+
+# Vendor queries (cl_nv_device_attribute_query, cl_amd_device_attribute_query,
+# cl_intel_required_subgroup_size); asked only where the extension is reported.
+_WARP_SIZE_NV = 0x4003
+_REGISTERS_PER_BLOCK_NV = 0x4002
+_WAVEFRONT_WIDTH_AMD = 0x4043
+_SUB_GROUP_SIZES_INTEL = 0x4108
+_LOCAL_MEM_TYPES = {0: "none", 1: "local", 2: "global"}
+
+
+def _simd_widths(cl_device, query) -> tuple[int, ...]:
+    """The lock-step widths a device reports through its vendor extension (``()`` if none)."""
+    extensions = query(lambda: cl_device.extensions, "").split()
+    for ext, param in (("cl_nv_device_attribute_query", _WARP_SIZE_NV),
+                       ("cl_amd_device_attribute_query", _WAVEFRONT_WIDTH_AMD),
+                       ("cl_intel_required_subgroup_size", _SUB_GROUP_SIZES_INTEL)):
+        if ext in extensions:
+            value = query(lambda: cl_device.get_info(param), None)
+            if value is None:
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            widths = tuple(int(v) for v in values if int(v) > 0)
+            if widths:
+                return widths
+    return ()
 
 
 def _device_type(bits: int, cl) -> str:

@@ -11,10 +11,9 @@ class IntelProfile(VendorProfile):
 
     # Intel GPUs compile kernels at SIMD8/16/32; 16 is the common choice.
     simd_width = 16
-    # Gen12 iGPUs and Arc have no fp64 (the emulation is experimental and hangs the iGPU), and
-    # "Double type is not supported" shows only in the build log (pitfalls C10): we decide from
-    # cl_khr_fp64 before building.
-    fp64_only_if_reported = True
+    # (Note:) Gen12 iGPUs and Arc have no fp64 (the emulation is experimental and hangs the
+    # iGPU), and "Double type is not supported" shows only in the build log (pitfalls C10):
+    # float64 is decided from cl_khr_fp64 before building, for every device.
     # The CPU runtime narrates every build ("Compilation started", "Kernel <k> was successfully
     # vectorized (8)", "Done."): progress, not warnings.
     BENIGN_LOG_LINES = (
@@ -23,13 +22,6 @@ class IntelProfile(VendorProfile):
         r"was not vectorized",
         r"^\s*Done\.\s*$",
     )
-
-    TUNING = {
-        "default": {
-            "gemm": {"GEMM_TM": 4, "GEMM_TN": 4, "GEMM_VW": 4, "GEMM_WG": 64},
-            "recurrence": {"REC_VW": 8, "REC_NB": 4},
-        },
-    }
 
     def matches(self, info) -> bool:
         if is_mesa(info):

@@ -20,15 +20,11 @@ class PoclProfile(VendorProfile):
     # local size (or local_size=None, which lets PoCL pick) costs a fresh compile. Use a small,
     # fixed set of explicit local sizes.
     specialises_per_local_size = True
-    # PoCL keeps its own kernel cache (~/.cache/pocl/kcache). pyopencl's binary cache on top of
-    # it forces a second compile (inducer/pyopencl#731, pitfalls C15), so programs.py always
-    # builds with pyopencl's cache disabled and keeps its own.
-    caches_builds = True
-    # Barriers inside work-item-dependent control flow and partial work-groups with local memory
-    # have been miscompiled (pitfalls C12): keep barriers unconditional.
-    fragile_barriers = True
-    # Vector width the CPU back-end handles well (AVX2/AVX-512 fit 8 floats).
-    simd_width = 8
+    # (No switch needed, the code always does it:) PoCL keeps its own kernel cache; pyopencl's
+    # binary cache on top of it forces a second compile (inducer/pyopencl#731, pitfalls C15), so
+    # programs.py builds with pyopencl's cache disabled and keeps its own. Barriers inside
+    # work-item-dependent control flow have been miscompiled (pitfalls C12): every kernel keeps
+    # its barriers unconditional.
 
     #: Substrings of ``platform_version`` marking a distribution build (Debian/Ubuntu package
     #: ``pocl-opencl-icd``, "PoCL 3.1+debian"). With two PoCL installs side by side, such a
@@ -37,21 +33,16 @@ class PoclProfile(VendorProfile):
     #: Inside a group the newer PoCL, then the newer LLVM, wins.
     PREFERRED_BUILD_MARKERS = ("+debian", "+ubuntu", "+deb", "+fedora")
 
+    # Starting points no device query expresses, measured with PoCL 3.1 (docs/benchmarks.md);
+    # the vector widths and tiles come from the device's native width (pyrnn_cl.tuning.derive).
+    # Whole-sequence kernels: one launch for the whole sequence when one direction's R fits
+    # 256 KiB (tiny LSTM 128/8/100: 28 -> 18 us per step), and up to 4 MiB when every core gets
+    # a work-group and the groups stream at most 32 MiB of R per step (forward: LSTM 256/16/150
+    # -18 %, GRU 512/16 -17 %; LSTM 512/64 (64 MiB) was 9 % slower, N = 1 11 % slower).
     TUNING = {
         "default": {
-            # gemm.py's own defaults, spelled out: without an entry the generic placeholders of
-            # base.DEFAULT_TUNING apply (TM=4, TN=4, VW=4, WG=64: 35-51 GFLOP/s on the RNN
-            # shapes); the former entry TM=4, TN=4, VW=8, WG=16 measured about half of these
-            "gemm": {"GEMM_TM": 4, "GEMM_TN": 64, "GEMM_VW": 16, "GEMM_WG": 16},
-            # measured on a 2-core Zen 4 (docs/benchmarks.md): VW=16 x NB=4 x 4 gates is the
-            # largest register tile without spills (NB=8 spilled: -15 %); one work-item per
-            # group keeps a single specialisation per kernel; layers whose R fits 256 KiB run
-            # the whole sequence in one launch (tiny LSTM 128/8/100: 28 -> 18 us per step),
-            # larger ones up to 4 MiB when every core gets a work-group and the groups stream at
-            # most 32 MiB of R per step (forward: LSTM 256/16/150 -18 %, GRU 512/16 -17 %,
-            # LSTM 512/16 -9 %; LSTM 512/64 (64 MiB) was 9 % slower, N = 1 11 % slower)
-            "recurrence": {"REC_VW": 16, "REC_NB": 4, "REC_WG": 1, "REC_SEQ_BYTES": 1 << 18,
-                           "REC_SEQ_MAX_BYTES": 1 << 22, "REC_SEQ_STREAM_BYTES": 1 << 25},
+            "recurrence": {"REC_SEQ_BYTES": 1 << 18, "REC_SEQ_MAX_BYTES": 1 << 22,
+                           "REC_SEQ_STREAM_BYTES": 1 << 25},
         },
     }
 

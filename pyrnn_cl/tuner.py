@@ -1,0 +1,530 @@
+"""``pyrnn-cl tune``: search each kernel family's parameters on the device, keep what is faster
+and correct, and store it in the tuning database (:mod:`pyrnn_cl.tuning`).
+
+How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on request):
+
+* **Workloads** come from the benchmark's configurations (``--configs``, default
+  :data:`DEFAULT_CONFIGS`): for ``gemm`` the three products a layer runs (the input projection
+  ``x W^T``, the input gradient ``dG W`` and the weight gradient ``dG^T x``), for ``reduce`` the
+  bias gradient's row sums, for ``recurrence`` the whole layer forward and forward + backward.
+* **Correctness first.** Before a candidate is timed, its results are compared with a
+  reference: GEMM and sums with NumPy in float64; a recurrence's forward output with the float64
+  NumPy reference of :mod:`pyrnn_cl._selftest_ref`, and its gradients with those computed under
+  the derived defaults (the configuration the test-suite checks against independent oracles).
+  A candidate that differs is rejected, however fast; one that fails to build or launch is
+  skipped.
+* **Search.** Coordinate descent from the current values: one parameter at a time over its
+  :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (vector widths up to the native
+  width on CPUs, work-groups within the device's limits), adopting a value when the geometric
+  mean of the workloads' times improves by more than :data:`MIN_GAIN`; passes repeat until
+  nothing changes or the family's share of the budget is spent. Times are the best of
+  ``repeat`` runs (a shared machine only ever adds time).
+* **Confirmation.** The winner and the starting values are timed again, alternating, and the
+  winner is kept only if it is still faster.
+
+:func:`autotune` is the short first-use tune of ``PYRNN_CL_AUTOTUNE=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import tuning
+from .errors import TuningWarning
+
+__all__ = ["tune", "autotune", "main", "DEFAULT_CONFIGS", "DEFAULT_BUDGET", "AUTOTUNE_BUDGET"]
+
+DEFAULT_BUDGET = 300.0
+AUTOTUNE_BUDGET = 60.0
+#: the benchmark configurations tuned on by default: latency-bound, small-batch LSTM, GRU
+DEFAULT_CONFIGS = ("tiny-latency", "db-mt-512x16", "gru-512x16")
+AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
+DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
+#: share of the budget per family (what one family leaves unused goes to the next)
+BUDGET_SHARE = {"gemm": 0.35, "gemm_f64": 0.2, "reduce": 0.05, "recurrence": 0.6}
+#: a candidate must be this much faster (geometric mean of the workloads) to be adopted
+MIN_GAIN = 0.03
+
+
+class CandidateError(Exception):
+    """A candidate failed to build, to launch, or gave wrong results."""
+
+
+# {{{ workloads
+
+
+@dataclass
+class Workload:
+    """One timed piece of work of a family: ``run()`` enqueues it and waits; ``check()`` raises
+    :class:`CandidateError` when the results differ from the reference."""
+
+    name: str
+    run: object
+    check: object
+
+
+def _rel_err(out, ref) -> float:
+    ref = np.asarray(ref, np.float64)
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    return float(np.max(np.abs(np.asarray(out, np.float64) - ref))) / scale if ref.size else 0.0
+
+
+def _gemm_workloads(device, configs, dtype):
+    """The three products of each configuration's first layer (shapes of the engine's calls)."""
+    import pyopencl.array as cla
+
+    from .gemm import gemm
+
+    queue = device.queue
+    rng = np.random.default_rng(1)
+    out, seen = [], set()
+    for cfg in configs:
+        GH, rows, I = cfg.G * cfg.H, cfg.T * cfg.N, cfg.I
+        # (name, m, n, k, trans_a, trans_b): C[m, n] = op(A) op(B)
+        for name, m, n, k, ta, tb in (
+            ("x W^T", rows, GH, I, False, True),
+            ("dG W", rows, I, GH, False, False),
+            ("dG^T x", GH, I, rows, True, False),
+        ):
+            if (m, n, k, ta, tb) in seen:
+                continue
+            seen.add((m, n, k, ta, tb))
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            ref = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+            da, db = cla.to_device(queue, a), cla.to_device(queue, b)
+            dc = cla.empty(queue, (m, n), dtype)
+            tol = 1e-5 * math.sqrt(k) * (1 if dtype == np.float32 else 1e-8)
+
+            def run(m=m, n=n, k=k, ta=ta, tb=tb, da=da, db=db, dc=dc):
+                gemm(device, dtype, m, n, k, da, db, dc, trans_a=ta, trans_b=tb)
+                queue.finish()
+
+            def check(run=run, dc=dc, ref=ref, tol=tol, name=name):
+                dc.fill(np.nan)
+                run()
+                err = _rel_err(dc.get(), ref)
+                if not err <= tol:
+                    raise CandidateError(f"{name}: error {err:.2e} > {tol:.1e}")
+
+            out.append(Workload(f"{cfg.name} {name} [{m}x{n}x{k}]", run, check))
+    return out
+
+
+def _reduce_workloads(device, configs):
+    import pyopencl.array as cla
+
+    from .gemm import sum_rows
+
+    queue = device.queue
+    rng = np.random.default_rng(2)
+    out, seen = [], set()
+    for cfg in configs:
+        rows, cols = cfg.T * cfg.N, cfg.G * cfg.H
+        if (rows, cols) in seen:
+            continue
+        seen.add((rows, cols))
+        a = rng.standard_normal((rows, cols)).astype(np.float32)
+        ref = a.astype(np.float64).sum(axis=0)
+        da, dout = cla.to_device(queue, a), cla.empty(queue, (cols,), np.float32)
+
+        def run(rows=rows, cols=cols, da=da, dout=dout):
+            sum_rows(device, np.float32, rows, cols, da, dout)
+            queue.finish()
+
+        def check(run=run, dout=dout, ref=ref, rows=rows):
+            dout.fill(np.nan)
+            run()
+            err = _rel_err(dout.get(), ref)
+            if not err <= 1e-6 * rows:
+                raise CandidateError(f"row sums: error {err:.2e}")
+
+        out.append(Workload(f"{cfg.name} sum [{rows}x{cols}]", run, check))
+    return out
+
+
+def _reference_forward(cfg, weights, x):
+    """The float64 NumPy forward of a benchmark network (MPSGraph layers, stacked)."""
+    from . import _selftest_ref as ref
+    from .bench import _mps_layer_arrays
+
+    src = x.astype(np.float64)
+    bi = cfg.directions == 2
+    for layer in range(cfg.layers):
+        R, W, b, b2 = (None if v is None else v.astype(np.float64)
+                       for v in _mps_layer_arrays(cfg, weights, layer))
+        if cfg.cell == "lstm":
+            src = ref.mps_lstm(src, R, W, b, bidirectional=bi)[0]
+        elif cfg.cell == "gru":
+            src = ref.mps_gru(src, R, W, b, secondary_bias=b2, reset_gate_first=True,
+                              reset_after=True, flip_z=True, bidirectional=bi)
+        else:
+            src = ref.mps_rnn(src, R, W, b, activation="relu", bidirectional=bi)
+    return src
+
+
+def _recurrence_workloads(device, configs, derived_values):
+    """Forward and forward + backward of each configuration (bench's device-array runner)."""
+    from .bench import _make_weights, _Ours
+
+    rng = np.random.default_rng(3)
+    out = []
+    for cfg in configs:
+        weights = _make_weights(cfg)
+        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+        ours = _Ours(cfg, weights, x, dy, device, use_cudnn=False)
+        y_ref = _reference_forward(cfg, weights, x)
+
+        def gradients(ours=ours):
+            return [np.concatenate([a.get().ravel() for a in grads if a is not None])
+                    for grads in ours._mps_fwd_bwd()]
+
+        with tuning.trial(device, "recurrence", derived_values):
+            g_ref = gradients()
+
+        def check_forward(ours=ours, y_ref=y_ref, name=cfg.name):
+            err = _rel_err(ours.forward_output(), y_ref)
+            if not err <= 1e-4:
+                raise CandidateError(f"{name} forward: error {err:.2e} against float64")
+
+        def check_backward(gradients=gradients, g_ref=g_ref, name=cfg.name):
+            for got, want in zip(gradients(), g_ref):
+                err = _rel_err(got, want)
+                if not err <= 1e-4:
+                    raise CandidateError(f"{name} gradients: error {err:.2e}")
+
+        out.append(Workload(f"{cfg.name} forward", ours.run_forward, check_forward))
+        out.append(Workload(f"{cfg.name} fwd+bwd", ours.run_fwd_bwd, check_backward))
+    return out
+
+
+def workloads(device, family, configs):
+    """The workloads of ``family`` for benchmark ``configs`` on ``device``."""
+    if family in ("gemm", "gemm_f64"):
+        return _gemm_workloads(device, configs,
+                               np.float32 if family == "gemm" else np.float64)
+    if family == "reduce":
+        return _reduce_workloads(device, configs)
+    if family == "recurrence":
+        return _recurrence_workloads(device, configs,
+                                     tuning.derive(device.info, device.profile)["recurrence"])
+    raise ValueError(f"families: unknown kernel family {family!r}; known: "
+                     f"{', '.join(tuning.FAMILIES)}")
+
+# }}}
+
+# {{{ candidates
+
+
+def _cpu_like(device) -> bool:
+    return device.info.type == "cpu" or bool(device.profile.prefers_explicit_vectors)
+
+
+def choices(device, family: str, name: str, current: dict) -> list[int]:
+    """The values of ``name`` worth trying on ``device`` with the other values ``current``."""
+    info = device.info
+    param = {p.name: p for p in tuning.SPACE[family]}[name]
+    values = set(param.choices) | {current[name]}
+    if param.choices == tuning.VECTOR_WIDTHS or name == "GEMM_PACK_KC":
+        if _cpu_like(device):
+            # wider than the native vector: no gain, and the compiler warns on stderr
+            native = tuning.derive(info, device.profile)["gemm"]["GEMM_VW"]
+            if name.endswith("F64") or family == "gemm_f64":
+                native = tuning.derive(info, device.profile)["gemm_f64"]["GEMM_VW"]
+            values = {v for v in values if v <= max(4, native)}
+    if name == "GEMM_TN":
+        vw = current["GEMM_VW"]
+        values = {vw * f for f in (1, 2, 4, 8)} | {current[name]}
+    if name.endswith("_WG") or name == "REC_WG":
+        values = {v for v in values if v <= tuning.clamp_work_group(info, v)}
+    if name == "REC_WG" and device.profile.specialises_per_local_size:
+        values &= {0, 1, current[name]}
+    return sorted(v for v in values if param.low <= v <= param.high)
+
+
+def _valid(family, values) -> bool:
+    try:
+        tuning.valid_values(family, values)
+    except ValueError:
+        return False
+    if "GEMM_TN" in values and values["GEMM_TN"] // values["GEMM_VW"] > 16:
+        return False       # more vectors than registers on any device
+    if "GEMM_TM" in values and values["GEMM_TM"] * values["GEMM_TN"] > 512:
+        return False
+    return True
+
+# }}}
+
+# {{{ timing
+
+
+def _time(work: list[Workload], repeat: int, deadline: float | None = None) -> list[float]:
+    """Best-of-``repeat`` seconds of each workload (after one warm-up run)."""
+    out = []
+    for w in work:
+        w.run()
+        best = math.inf
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            w.run()
+            best = min(best, time.perf_counter() - t0)
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        out.append(best)
+    return out
+
+
+def _score(times, base) -> float:
+    """Geometric mean of ``times / base`` (1.0 = as fast as the starting values)."""
+    return math.exp(sum(math.log(t / b) for t, b in zip(times, base)) / len(times))
+
+
+@dataclass
+class FamilyResult:
+    family: str
+    start: dict
+    best: dict
+    speedup: float = 1.0          # starting time / best time (geometric mean), confirmed
+    tried: int = 0
+    rejected: list = field(default_factory=list)   # (values, why): wrong results
+    failed: list = field(default_factory=list)     # (values, why): build or launch failures
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> dict:
+        return {k: v for k, v in self.best.items() if self.start.get(k) != v}
+
+
+class _Bar:
+    """A progress bar over the budget's seconds: tqdm when importable, else stderr lines."""
+
+    def __init__(self, budget: float, enabled: bool):
+        self.bar, self.enabled, self.budget, self.t0 = None, enabled, budget, time.monotonic()
+        self._last_line = 0.0
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=int(budget), unit="s", file=sys.stderr, leave=False,
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total} s")
+            except ImportError:
+                pass
+
+    def update(self, text: str):
+        if not self.enabled:
+            return
+        elapsed = min(self.budget, time.monotonic() - self.t0)
+        if self.bar is not None:
+            self.bar.set_description_str(text, refresh=False)
+            self.bar.n = int(elapsed)
+            self.bar.refresh()
+        elif time.monotonic() - self._last_line >= 5 or not self._last_line:
+            self._last_line = time.monotonic()
+            print(f"[tune {100 * elapsed / self.budget:3.0f}%] {text}", file=sys.stderr,
+                  flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _evaluate(device, family, values, work, repeat, deadline):
+    """Times of ``work`` under ``values``, after checking every result."""
+    with tuning.trial(device, family, values):
+        try:
+            for w in work:
+                w.check()
+            return _time(work, repeat, deadline)
+        except CandidateError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            device.queue.finish()
+
+
+def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
+                names=None) -> FamilyResult:
+    """Coordinate descent over ``family``'s parameters (or only ``names``) within ``budget``
+    seconds; a candidate is started only while its expected cost (that of the starting
+    values) fits, and the confirmation's cost is kept aside from the start."""
+    t0 = time.monotonic()
+    start = dict(start if start is not None else device.tuning(family))
+    result = FamilyResult(family, dict(start), dict(start))
+    base = _evaluate(device, family, start, work, repeat, None)
+    cost = time.monotonic() - t0                  # one candidate costs about this, plus builds
+    deadline = t0 + budget - 4 * cost             # the confirmation runs 4 evaluations
+    best_score = 1.0
+    order = list(names) if names else [p.name for p in tuning.SPACE[family]]
+    seen = {tuple(sorted(start.items()))}
+    changed = True
+    while changed and time.monotonic() + cost < deadline:
+        changed = False
+        for name in order:
+            for value in choices(device, family, name, result.best):
+                if value == result.best[name] or time.monotonic() + cost >= deadline:
+                    continue
+                candidate = dict(result.best, **{name: value})
+                if name == "GEMM_VW":          # keep the tile's vector count
+                    candidate["GEMM_TN"] = value * max(1, result.best["GEMM_TN"]
+                                                       // result.best["GEMM_VW"])
+                key = tuple(sorted(candidate.items()))
+                if key in seen or not _valid(family, candidate):
+                    continue
+                seen.add(key)
+                result.tried += 1
+                if bar is not None:
+                    bar.update(f"{family}: {name}={value} (best {1 / best_score:.2f}x)")
+                try:
+                    times = _evaluate(device, family, candidate, work, repeat, deadline)
+                except CandidateError as exc:
+                    result.rejected.append((candidate, str(exc)))
+                    continue
+                except RuntimeError as exc:
+                    result.failed.append((candidate, str(exc)))
+                    continue
+                score = _score(times, base)
+                if score < best_score * (1 - MIN_GAIN):
+                    best_score, result.best, changed = score, candidate, True
+    if result.best != start:
+        # confirm: alternate the two, best of two rounds each
+        t_start, t_best = [], []
+        for _ in range(2):
+            t_start.append(_evaluate(device, family, start, work, repeat, None))
+            t_best.append(_evaluate(device, family, result.best, work, repeat, None))
+        s_start = [min(t[i] for t in t_start) for i in range(len(work))]
+        s_best = [min(t[i] for t in t_best) for i in range(len(work))]
+        gain = 1 / _score(s_best, s_start)
+        if gain > 1 + MIN_GAIN / 2:
+            result.speedup = gain
+        else:
+            result.best, result.speedup = dict(start), 1.0
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def tune(device=None, *, budget: float = DEFAULT_BUDGET, configs=None, families=None,
+         repeat: int = 3, progress: bool = True, save: bool = True):
+    """Tune ``families`` (default :data:`DEFAULT_FAMILIES`) of ``device`` on benchmark
+    ``configs`` (names; default :data:`DEFAULT_CONFIGS`) within about ``budget`` seconds, store
+    the result in the user database when ``save``, and return ``(results, path)``."""
+    from .bench import _resolve_configs
+    from .devices import resolve_device
+
+    device = resolve_device(device)
+    cfgs = _resolve_configs(configs or DEFAULT_CONFIGS)
+    families = tuple(families or DEFAULT_FAMILIES)
+    for family in families:
+        if family not in tuning.SPACE:
+            raise ValueError(f"families: unknown kernel family {family!r}; known: "
+                             f"{', '.join(tuning.FAMILIES)}")
+    if budget <= 0:
+        raise ValueError(f"budget: expected a positive number of seconds, got {budget}")
+    if "gemm_f64" in families and not device.info.has_fp64:
+        families = tuple(f for f in families if f != "gemm_f64")
+    bar = _Bar(budget, progress)
+    t_end = time.monotonic() + budget
+    results = []
+    try:
+        shares = [BUDGET_SHARE.get(f, 0.2) for f in families]
+        for i, family in enumerate(families):
+            left = t_end - time.monotonic()
+            share = left * shares[i] / sum(shares[i:])
+            bar.update(f"{family}: preparing workloads")
+            # the previous families' winners apply while this one is tuned
+            work = workloads(device, family, cfgs)
+            results.append(tune_family(device, family, work, max(1.0, share), repeat=repeat,
+                                       bar=bar))
+            r = results[-1]
+            device._tuning_trial = dict(device._tuning_trial or {}, **{family: r.best})
+    finally:
+        device._tuning_trial = None
+        bar.close()
+    path = None
+    if save:
+        meta = {r.family: {"speedup": round(r.speedup, 3), "tried": r.tried,
+                           "rejected": len(r.rejected), "failed": len(r.failed),
+                           "seconds": round(r.seconds, 1), "configs": [c.name for c in cfgs],
+                           "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                for r in results}
+        path = tuning.save_entry(device.info, {r.family: r.best for r in results}, meta)
+    return results, path
+
+
+def autotune(device) -> None:
+    """The first-use tune of ``PYRNN_CL_AUTOTUNE=1``: short, on small configurations; a failure
+    gives a :class:`TuningWarning` and leaves the derived defaults."""
+    print(f"pyrnn_cl: tuning {device.info.describe()} once (PYRNN_CL_AUTOTUNE=1, about "
+          f"{AUTOTUNE_BUDGET:.0f} s; `pyrnn-cl tune` does a longer one)", file=sys.stderr,
+          flush=True)
+    try:
+        tune(device, budget=AUTOTUNE_BUDGET, configs=AUTOTUNE_CONFIGS, progress=True)
+    except Exception as exc:   # noqa: BLE001 - the user's call must go on with the defaults
+        warnings.warn(f"pyrnn_cl: autotune of {device.info.describe()} failed ({exc}); using "
+                      "the derived defaults", TuningWarning, stacklevel=3)
+
+# }}}
+
+# {{{ command line
+
+
+def format_results(device, results, path) -> str:
+    lines = [f"Tuned {device.info.describe()} (kernel version {tuning.kernel_version()})"]
+    for r in results:
+        lines.append(f"  {r.family}: {r.speedup:.2f}x over the starting values; {r.tried} "
+                     f"candidates in {r.seconds:.0f} s ({len(r.rejected)} rejected as wrong, "
+                     f"{len(r.failed)} failed to build or run)")
+        if r.changed:
+            lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(r.changed.items())))
+        for values, why in r.rejected[:3]:
+            lines.append(f"    rejected: {why}")
+    if path is not None:
+        lines.append(f"Saved to {path}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .bench import CONFIGS
+
+    p = argparse.ArgumentParser(prog="pyrnn-cl tune", description=(
+        "Search the kernels' tuning parameters on a device (every candidate checked against "
+        "a reference before it is timed) and store the best in the tuning database."))
+    p.add_argument("--device", default=None, help="device spec (default: the default device)")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
+                   help=f"seconds to spend in all (default {DEFAULT_BUDGET:.0f})")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="comma-separated benchmark configurations to tune on; known: "
+                        + ", ".join(c.name for c in CONFIGS))
+    p.add_argument("--families", default=",".join(DEFAULT_FAMILIES),
+                   help="kernel families to tune: " + ", ".join(tuning.FAMILIES))
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per workload (best kept)")
+    p.add_argument("--no-save", action="store_true", help="print the result, store nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv=None) -> int:
+    from .devices import get_device
+
+    args = _parser().parse_args(argv)
+    device = get_device(args.device)
+    split = [c.strip() for c in args.configs.split(",") if c.strip()]
+    fams = [f.strip() for f in args.families.split(",") if f.strip()]
+    try:
+        results, path = tune(device, budget=args.budget, configs=split, families=fams,
+                             repeat=max(1, args.repeat), progress=not args.no_progress,
+                             save=not args.no_save)
+    except ValueError as exc:
+        print(f"pyrnn-cl tune: {exc}", file=sys.stderr)
+        return 2
+    print(format_results(device, results, path))
+    return 0
+
+# }}}

@@ -1,0 +1,489 @@
+r"""Tuning parameters of the kernel families: derived from the device, tuned on the device, stored.
+
+Every kernel family (``gemm``, ``gemm_f64``, ``reduce``, ``recurrence``) reads its launch and
+tiling parameters from ``device.tuning(family)``, which resolves them in this order, each step
+updating the previous one:
+
+1. **Derived defaults** (:func:`derive`): computed from the device's own OpenCL queries (native
+   vector widths, compute units, work-group and work-item limits, lock-step width, cache size,
+   registers where reported) and its profile's reasoned quirks
+   (``VendorProfile.prefers_explicit_vectors``, ``specialises_per_local_size``,
+   ``simd_width``). No CPU model or ISA is assumed: an AVX2 CPU reports 8 floats per native
+   vector, an AVX-512 CPU 16, NEON 4, and the register tiles follow.
+2. **The profile's table** (``VendorProfile.TUNING``): measured starting points of one
+   implementation that its queries cannot express (PoCL's whole-sequence thresholds).
+3. **A tuned entry** (unless ``PYRNN_CL_TUNING=0``): the result of ``pyrnn-cl tune`` on this
+   device, from the user's database (``<cache dir>/tuning/``), else the read-only database
+   shipped in the package (``pyrnn_cl/tuning_db/``). Entries are JSON, one file per device,
+   keyed by platform, device, driver version and :func:`kernel_version` (a hash of the kernel
+   sources): after a driver or kernel change an entry no longer applies.
+
+:func:`source` names, per family, where the values came from (``pyrnn-cl bench`` records it).
+
+A corrupt, foreign or stale entry gives one :class:`~pyrnn_cl.errors.TuningWarning` and is
+ignored; nothing else changes. ``PYRNN_CL_AUTOTUNE=1`` runs a short tune
+(:mod:`pyrnn_cl.tuner`) on each device's first use when it has no tuned entry, like
+``torch.backends.cudnn.benchmark``.
+
+The parameter space (:data:`SPACE`) is also the validation of entries and the tuner's search
+space; a value the kernels cannot take (a vector width OpenCL lacks, a tile that is not a
+multiple of its vector) is never produced by :func:`derive` and never accepted from a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _env
+from .errors import TuningWarning
+
+__all__ = [
+    "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
+    "entry_key", "entry_path", "shipped_path", "load_entry", "save_entry", "make_entry",
+    "trial", "is_tuned", "valid_values", "clamp_work_group",
+]
+
+FORMAT = 1  # version of the entry file format
+
+VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable: its ``#define``/host name, the values the tuner tries (``choices``; the
+    tuner also keeps the derived value) and the range a stored value must lie in."""
+
+    name: str
+    choices: tuple[int, ...]
+    low: int
+    high: int
+    doc: str
+    #: False for host-only values (launch sizes, thresholds): no rebuild when they change
+    compiled: bool = True
+
+
+def _gemm_space() -> tuple[Param, ...]:
+    return (
+        Param("GEMM_VW", VECTOR_WIDTHS, 1, 16, "outer kernel: vector width along n"),
+        Param("GEMM_TN", (8, 16, 32, 64, 128), 1, 256,
+              "outer kernel: columns of C per work-item (a multiple of GEMM_VW)"),
+        Param("GEMM_TM", (1, 2, 4, 6, 8), 1, 16, "outer kernel: rows of C per work-item"),
+        Param("GEMM_DVW", VECTOR_WIDTHS, 1, 16, "dot kernel: vector width along k"),
+        Param("GEMM_DTM", (1, 2, 4, 8), 1, 16, "dot kernel: rows of C per work-item"),
+        Param("GEMM_DTN", (1, 2, 4, 8), 1, 16, "dot kernel: columns of C per work-item"),
+        Param("GEMM_PACK_KC", (4, 8, 16), 1, 16, "pack kernels: k values per work-item"),
+        Param("GEMM_FMA", (0, 1), 0, 1, "1: fma(), 0: mad() for multiply-adds"),
+        Param("GEMM_WG", (1, 4, 8, 16, 32, 64, 128, 256), 1, 4096,
+              "work-items per group along dimension 0", compiled=False),
+        Param("GEMM_PACK_WG", (1, 4, 8, 16, 64, 128), 1, 4096,
+              "work-items per group of the pack kernels", compiled=False),
+        Param("GEMM_PACK_MIN", (1 << 18, 1 << 20, 1 << 22, 1 << 24), 0, 1 << 40,
+              "multiply-adds (m n k batch) from which operands are packed", compiled=False),
+        Param("GEMM_PACK_MIN_M", (32, 64, 128, 256, 512), 0, 1 << 30,
+              "rows of C from which packing pays", compiled=False),
+    )
+
+
+#: family -> its tunables (one place: derive, the entry check and the tuner use it)
+SPACE: dict[str, tuple[Param, ...]] = {
+    "gemm": _gemm_space(),
+    "gemm_f64": _gemm_space(),
+    "reduce": (
+        Param("REDUCE_VW", VECTOR_WIDTHS, 1, 16, "vector width along the columns"),
+        Param("REDUCE_NV", (1, 2, 4, 8), 1, 16, "vectors of columns per work-item"),
+        Param("REDUCE_WG", (1, 4, 8, 16, 32, 64, 128, 256), 1, 4096,
+              "work-items per group", compiled=False),
+    ),
+    "recurrence": (
+        Param("REC_VW", VECTOR_WIDTHS, 1, 16, "float32 units per work-item (a vector)"),
+        Param("REC_VW_F64", VECTOR_WIDTHS, 1, 16, "the same for float64"),
+        Param("REC_NB", (1, 2, 4, 8), 1, 16, "batch rows per work-item"),
+        Param("REC_WG", (0, 1, 2, 4, 8, 16, 32, 64), 0, 4096,
+              "work-items per group along the batch groups (0: the driver chooses)",
+              compiled=False),
+        Param("REC_SEQ_BYTES", (0, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20), 0, 1 << 31,
+              "whole-sequence kernels when one direction's R has at most this many bytes",
+              compiled=False),
+        Param("REC_SEQ_MAX_BYTES", (0, 1 << 20, 1 << 21, 1 << 22, 1 << 23), 0, 1 << 31,
+              "... and up to this many with a work-group per compute unit", compiled=False),
+        Param("REC_SEQ_STREAM_BYTES", (1 << 23, 1 << 24, 1 << 25, 1 << 26), 0, 1 << 34,
+              "... while groups x R stays below this many bytes", compiled=False),
+        Param("REC_BWD_ROWS", (512, 1024, 2048, 4096, 8192), 1, 1 << 24,
+              "rows (steps x N) of gate gradients per backward chunk", compiled=False),
+    ),
+}
+FAMILIES = tuple(SPACE)
+
+# {{{ derived defaults
+
+
+def _pow2_floor(value: int, choices=VECTOR_WIDTHS) -> int:
+    """The largest of ``choices`` not above ``value`` (the smallest choice if none)."""
+    fitting = [c for c in choices if c <= value]
+    return max(fitting) if fitting else min(choices)
+
+
+def clamp_work_group(info, size: int) -> int:
+    """``size`` limited to the device's work-group and dimension-0 work-item limits (>= 1)."""
+    limit = max(1, int(info.max_work_group_size or 1))
+    if info.max_work_item_sizes:
+        limit = min(limit, max(1, int(info.max_work_item_sizes[0])))
+    return max(1, min(int(size), limit))
+
+
+def simd_width(info, profile) -> int:
+    """The device's lock-step width: reported (warp, wavefront, largest sub-group size) where
+    the vendor extension says, else the profile's ``simd_width``."""
+    return max(info.simd_widths) if info.simd_widths else int(profile.simd_width)
+
+
+def _float_width(info, profile, double: bool) -> int:
+    """Elements per explicit vector for a device that vectorises explicit vector types: its
+    native width (AVX2 8 floats, AVX-512 16, NEON 4; halved for double when not reported)."""
+    native = info.native_vector_width_double if double else info.native_vector_width_float
+    if not native:
+        native = info.preferred_vector_width_float // (2 if double else 1)
+    if not native:
+        native = 8 if not double else 4
+    return _pow2_floor(max(1, native))
+
+
+def derive(info, profile) -> dict[str, dict[str, int]]:
+    """Default tuning of every family for ``info`` (a :class:`DeviceInfo`) and its ``profile``.
+
+    CPU-like devices (``profile.prefers_explicit_vectors`` or a CPU): one native vector per
+    register, so ``VW`` = the native width, GEMM tiles of 4 rows x 4 vectors (16 accumulators,
+    the register file of both AVX2 and AVX-512 holds them with the operands), recurrence tiles
+    of ``REC_NB`` = 4 batch rows x G gates. Fixed local sizes where the implementation compiles
+    a work-group function per local size (``specialises_per_local_size``).
+
+    GPUs: work-groups of a few lock-step widths (reported warp/wavefront/sub-group size, else
+    the profile's), 4-wide vector loads, register tiles small enough for every work-item of a
+    group to keep its accumulators within the reported registers; whole-sequence recurrence
+    kernels off (one work-group would hold a direction's units and run on one multiprocessor).
+
+    Every work-group size is within the device's ``max_work_group_size`` and ``max_work_item
+    _sizes[0]``; the kernels use no local memory.
+    """
+    cpu_like = info.type == "cpu" or bool(profile.prefers_explicit_vectors)
+    if cpu_like:
+        vw = _float_width(info, profile, double=False)
+        vwd = _float_width(info, profile, double=True)
+        fixed = bool(profile.specialises_per_local_size)
+        # (GEMM_PACK_KC is also the pack kernels' vector width: a wider one than the native
+        # width changes the calling convention and the compiler says so on stderr)
+        gemm = {"GEMM_VW": vw, "GEMM_TN": 4 * vw, "GEMM_TM": 4, "GEMM_DVW": vw, "GEMM_DTM": 4,
+                "GEMM_DTN": 4, "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
+                "GEMM_WG": clamp_work_group(info, 16), "GEMM_PACK_WG": clamp_work_group(info, 8),
+                "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
+        gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
+        cache = int(info.global_mem_cache_size or 0)
+        recurrence = {
+            "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4,
+            # one work-item per group: one local size, one specialisation per kernel
+            "REC_WG": 1 if fixed else 0,
+            # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
+            # L2 of current server cores; OpenCL reports only the last level), and larger R up
+            # to 1/8 of the last-level cache while every core has a group and what the groups
+            # stream per step fits that cache
+            "REC_SEQ_BYTES": 1 << 18,
+            "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
+            "REC_SEQ_STREAM_BYTES": cache,
+            "REC_BWD_ROWS": 2048,
+        }
+        reduce = {"REDUCE_VW": vw, "REDUCE_NV": 4, "REDUCE_WG": clamp_work_group(info, 8)}
+    else:
+        simd = max(1, simd_width(info, profile))
+        wg = clamp_work_group(info, 4 * simd)
+        tm, tn = 4, 8
+        if info.registers_per_group:
+            # accumulators + operands (about twice the tile) of every work-item of a group
+            while tm * tn > 4 and wg * 2 * tm * tn > info.registers_per_group:
+                tn, tm = (tn // 2, tm) if tn >= tm else (tn, tm // 2)
+        vw = min(4, tn)
+        gemm = {"GEMM_VW": vw, "GEMM_TN": tn, "GEMM_TM": tm, "GEMM_DVW": 4, "GEMM_DTM": 2,
+                "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
+                "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30}
+        gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2)
+        recurrence = {"REC_VW": 4, "REC_VW_F64": 2, "REC_NB": 2, "REC_WG": 0,
+                      "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
+                      "REC_BWD_ROWS": 8192}
+        reduce = {"REDUCE_VW": 4, "REDUCE_NV": 1, "REDUCE_WG": clamp_work_group(info, 2 * simd)}
+    return {"gemm": gemm, "gemm_f64": gemm64, "reduce": reduce, "recurrence": recurrence}
+
+
+def valid_values(family: str, values: dict) -> dict[str, int]:
+    """``values`` checked against :data:`SPACE` (``ValueError`` naming the first bad one):
+    known names, integers in range, vector widths OpenCL has, ``GEMM_TN`` a multiple of
+    ``GEMM_VW``."""
+    if family not in SPACE:
+        raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
+    params = {p.name: p for p in SPACE[family]}
+    out = {}
+    for name, value in values.items():
+        param = params.get(name)
+        if param is None:
+            raise ValueError(f"{family}: unknown parameter {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{family}.{name}: expected an integer, got {value!r}")
+        if not param.low <= value <= param.high:
+            raise ValueError(f"{family}.{name}: {value} is outside [{param.low}, {param.high}]")
+        if param.choices == VECTOR_WIDTHS and value not in VECTOR_WIDTHS:
+            raise ValueError(f"{family}.{name}: {value} is not a vector width {VECTOR_WIDTHS}")
+        out[name] = value
+    if "GEMM_TN" in out and out["GEMM_TN"] % out.get("GEMM_VW", 1):
+        raise ValueError(f"{family}: GEMM_TN {out['GEMM_TN']} is not a multiple of GEMM_VW "
+                         f"{out.get('GEMM_VW')}")
+    return out
+
+# }}}
+
+# {{{ the database
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_version() -> str:
+    """A hash of every kernel source file (``pyrnn_cl/cl``): tuned values apply to these
+    kernels only."""
+    root = Path(__file__).parent / "cl"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".cl", ".h")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def entry_key(info) -> dict[str, str]:
+    """What identifies a device's entry: platform, device and driver."""
+    return {"platform": info.platform_name, "platform_version": info.platform_version,
+            "device": info.name, "driver_version": info.driver_version}
+
+
+def _file_name(info) -> str:
+    key = entry_key(info)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{info.platform_name} {info.name}".lower()).strip("-")
+    return f"{slug[:60]}-{digest}.json"
+
+
+def user_dir() -> Path:
+    """The user's tuning database: ``<PYRNN_CL_CACHE_DIR or the cache dir>/tuning``."""
+    return _env.cache_dir() / "tuning"
+
+
+def shipped_dir() -> Path:
+    """The read-only database shipped in the package."""
+    return Path(__file__).parent / "tuning_db"
+
+
+def entry_path(info) -> Path:
+    """Where ``pyrnn-cl tune`` writes ``info``'s entry."""
+    return user_dir() / _file_name(info)
+
+
+def shipped_path(info) -> Path:
+    """Where the package's own entry for ``info`` would be."""
+    return shipped_dir() / _file_name(info)
+
+
+_WARNED: set = set()
+_LOCK = threading.RLock()
+_GENERATION = [0]   # bumped by save_entry: resolved values are recomputed
+_ENTRIES: dict = {}  # (path, mtime_ns, size) -> entry or None
+
+
+def _warn_once(path: Path, why: str) -> None:
+    with _LOCK:
+        if str(path) in _WARNED:
+            return
+        _WARNED.add(str(path))
+    warnings.warn(f"pyrnn_cl: ignoring tuning entry {path}: {why}; using the derived defaults "
+                  "(re-run `pyrnn-cl tune` to replace it)", TuningWarning, stacklevel=4)
+
+
+def _check_entry(data, info, path) -> dict:
+    """The families of a parsed entry, or ``ValueError`` saying why it does not apply."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("format") != FORMAT:
+        raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+    if data.get("device") != entry_key(info):
+        raise ValueError(f"it belongs to another device or driver ({data.get('device')!r})")
+    if data.get("kernel_version") != kernel_version():
+        raise ValueError(f"tuned for other kernels (version {data.get('kernel_version')!r}, "
+                         f"these are {kernel_version()!r})")
+    families = data.get("families")
+    if not isinstance(families, dict):
+        raise ValueError("no 'families' object")
+    return {family: valid_values(family, values if isinstance(values, dict) else {"?": values})
+            for family, values in families.items()}
+
+
+def load_entry(path: Path, info) -> dict | None:
+    """The checked families of the entry at ``path`` for ``info``; ``None`` when there is no
+    file, and (after one warning) when it is unreadable, corrupt, foreign or stale."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    cache_key = (str(path), stat.st_mtime_ns, stat.st_size, info)
+    with _LOCK:
+        if cache_key in _ENTRIES:
+            return _ENTRIES[cache_key]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        families = _check_entry(data, info, path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        _warn_once(path, str(exc) or type(exc).__name__)
+        families = None
+    with _LOCK:
+        _ENTRIES[cache_key] = families
+    return families
+
+
+def read_raw(path: Path) -> dict | None:
+    """An entry file's JSON as stored (``None`` if missing or unreadable), for merging."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def make_entry(info, families: dict, meta: dict | None = None) -> dict:
+    """A new entry for ``info`` holding ``families`` (``{family: {NAME: value}}``)."""
+    from ._version import __version__
+
+    return {"format": FORMAT, "kernel_version": kernel_version(), "pyrnn_cl": __version__,
+            "device": entry_key(info),
+            "families": {f: valid_values(f, dict(v)) for f, v in families.items()},
+            "meta": dict(meta or {})}
+
+
+def save_entry(info, families: dict, meta: dict | None = None, path: Path | None = None) -> Path:
+    """Merge ``families`` into ``info``'s entry in the user database (written atomically):
+    families tuned now replace the stored ones, the others are kept when the stored entry is
+    valid for this device and kernel version. Returns the path."""
+    path = Path(path) if path is not None else entry_path(info)
+    merged_families: dict = {}
+    merged_meta: dict = {}
+    old = read_raw(path)
+    if old is not None:
+        try:
+            merged_families = _check_entry(old, info, path)
+            merged_meta = dict(old.get("meta") or {})
+        except ValueError:
+            merged_families, merged_meta = {}, {}
+    merged_families.update({f: dict(v) for f, v in families.items()})
+    for family, value in (meta or {}).items():
+        merged_meta[family] = value
+    entry = make_entry(info, merged_families, merged_meta)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    with _LOCK:
+        _GENERATION[0] += 1
+        _WARNED.discard(str(path))
+    return path
+
+# }}}
+
+# {{{ resolution
+
+
+def _tuned(info) -> list[tuple[str, dict]]:
+    """``[(label, families)]`` of the tuned entries that apply to ``info``, user first."""
+    found = []
+    for label, path in (("tuned", entry_path(info)), ("shipped", shipped_path(info))):
+        families = load_entry(path, info)
+        if families:
+            found.append((f"{label} ({path})", families))
+    return found
+
+
+def is_tuned(info) -> str:
+    """``"user"``, ``"shipped"`` or ``""``: whether a tuned entry applies to ``info``."""
+    for label, _ in _tuned(info):
+        return label.split()[0].replace("tuned", "user")
+    return ""
+
+
+_RESOLVED: dict = {}
+
+
+def resolve(info, profile, family: str) -> tuple[dict[str, int], str]:
+    """``(values, source)`` of ``family`` for ``info``: derived defaults, updated by the
+    profile's table, updated by a tuned entry unless ``PYRNN_CL_TUNING=0``. ``source`` is
+    ``"derived"``, ``"derived+profile"``, or ``"tuned (<path>)"`` / ``"shipped (<path>)"``."""
+    use_tuned = _env.use_tuned()
+    key = (info, profile.name, family, use_tuned, _GENERATION[0], str(user_dir()))
+    with _LOCK:
+        hit = _RESOLVED.get(key)
+    if hit is not None:
+        return dict(hit[0]), hit[1]
+    values = dict(derive(info, profile).get(family, {}))
+    origin = "derived"
+    table = profile.table_tuning(info, family)
+    if table:
+        values.update(table)
+        origin = "derived+profile"
+    if use_tuned:
+        for label, families in _tuned(info):
+            if family in families:
+                values.update(families[family])
+                origin = label
+                break
+    with _LOCK:
+        if len(_RESOLVED) > 256:
+            _RESOLVED.clear()
+        _RESOLVED[key] = (dict(values), origin)
+    return values, origin
+
+
+def source(device, family: str) -> str:
+    """Where ``device``'s values of ``family`` come from (see :func:`resolve`)."""
+    trials = getattr(device, "_tuning_trial", None)
+    if trials and family in trials:
+        return "trial"
+    return resolve(device.info, device.profile, family)[1]
+
+
+@contextlib.contextmanager
+def trial(device, family: str, values: dict):
+    """Within the block, ``device.tuning(family)`` returns ``values`` (the tuner's candidates;
+    one thread at a time per device)."""
+    trials = dict(getattr(device, "_tuning_trial", None) or {})
+    previous = dict(trials)
+    trials[family] = dict(values)
+    device._tuning_trial = trials
+    try:
+        yield
+    finally:
+        device._tuning_trial = previous or None
+
+
+def device_tuning(device, family: str) -> dict[str, int]:
+    """``Device.tuning``: a trial's values, else :func:`resolve`'s; runs the first-use tune
+    when ``PYRNN_CL_AUTOTUNE`` is set."""
+    trials = device._tuning_trial
+    if trials and family in trials:
+        return dict(trials[family])
+    if _env.autotune() and not getattr(device, "_autotuned", False):
+        device._autotuned = True
+        if _env.use_tuned() and not is_tuned(device.info):
+            from . import tuner
+
+            tuner.autotune(device)
+    return resolve(device.info, device.profile, family)[0]
+
+# }}}

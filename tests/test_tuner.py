@@ -1,0 +1,189 @@
+"""The autotuner (pyrnn_cl/tuner.py): wrong candidates never win, failing ones are survived, the
+result is stored and used, and PYRNN_CL_AUTOTUNE tunes once on first use. No timings are
+asserted (speed belongs in the benchmark)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+import pyrnn_cl.bench as bench_module
+from pyrnn_cl import gemm as gemm_module
+from pyrnn_cl import tuner, tuning
+from pyrnn_cl.bench import BenchConfig
+from pyrnn_cl.errors import BuildError, TuningWarning
+
+TINY = BenchConfig("tiny-test", "lstm", 8, 5, 3, 4)
+TINY_GRU = BenchConfig("tiny-gru", "gru", 12, 7, 2, 3)
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYRNN_CL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYRNN_CL_AUTOTUNE", raising=False)
+    monkeypatch.delenv("PYRNN_CL_TUNING", raising=False)
+    monkeypatch.setattr(tuning, "shipped_dir", lambda: tmp_path / "none")
+    return tmp_path
+
+
+def _plant(monkeypatch, device, planted, fault):
+    """Replace ``gemm`` so that under GEMM_TM == ``planted`` it misbehaves (``fault``: "wrong"
+    zeroes the result, which also makes it the fastest; "build" raises a BuildError), while
+    every other candidate is slowed down."""
+    real = gemm_module.gemm
+
+    def gemm(dev, dtype, m, n, k, a, b, c, **kw):
+        if device.tuning("gemm")["GEMM_TM"] == planted:
+            if fault == "build":
+                raise BuildError("planted build failure")
+            c.fill(0)
+            return None
+        time.sleep(0.002)
+        return real(dev, dtype, m, n, k, a, b, c, **kw)
+
+    monkeypatch.setattr(gemm_module, "gemm", gemm)
+
+
+@pytest.mark.parametrize("fault", ["wrong", "build"])
+def test_a_fast_wrong_or_failing_candidate_never_wins(device, db, monkeypatch, fault):
+    start = device.tuning("gemm")
+    planted = next(v for v in (1, 2, 6, 8) if v != start["GEMM_TM"])
+    _plant(monkeypatch, device, planted, fault)
+    work = tuner.workloads(device, "gemm", [TINY])
+    result = tuner.tune_family(device, "gemm", work, budget=60, repeat=1, start=start,
+                               names=["GEMM_TM"])
+    assert result.best["GEMM_TM"] != planted
+    bad = result.rejected if fault == "wrong" else result.failed
+    assert [v["GEMM_TM"] for v, _ in bad] == [planted]
+    assert ("error" in bad[0][1]) if fault == "wrong" else ("planted" in bad[0][1])
+    assert result.tried >= 2            # the other values were still tried
+    assert device.tuning("gemm") == start   # no trial values leak out
+
+
+def test_tune_checks_every_family_stores_and_is_used(device, db):
+    results, path = tuner.tune(device, budget=20, configs=[TINY, TINY_GRU], repeat=1,
+                               progress=False)
+    assert [r.family for r in results] == list(tuner.DEFAULT_FAMILIES)
+    for r in results:
+        assert not r.rejected, r.rejected          # the real kernels are right for every value
+        assert r.speedup >= 1.0
+    entry = json.loads(path.read_text())
+    assert set(entry["families"]) == set(tuner.DEFAULT_FAMILIES)
+    assert entry["meta"]["gemm"]["configs"] == ["tiny-test", "tiny-gru"]
+    assert tuning.is_tuned(device.info) == "user"
+    for r in results:
+        assert device.tuning(r.family) == dict(device.tuning(r.family), **r.best)
+        assert device.tuning_source(r.family).startswith("tuned")
+    assert device._tuning_trial is None
+
+
+def test_a_spent_budget_tries_nothing(device, db):
+    work = tuner.workloads(device, "reduce", [TINY])
+    start = device.tuning("reduce")
+    result = tuner.tune_family(device, "reduce", work, budget=0.0, repeat=1)
+    assert result.tried == 0 and result.best == start and result.speedup == 1.0
+
+
+def test_recurrence_candidates_are_checked_against_float64(device, db, monkeypatch):
+    """A recurrence candidate whose forward differs from the float64 reference is rejected."""
+    work = tuner.workloads(device, "recurrence", [TINY_GRU])
+    start = device.tuning("recurrence")
+    for w in work:
+        w.check()                                 # the real kernels pass
+    from pyrnn_cl import _selftest_ref
+
+    real = _selftest_ref.mps_gru
+    monkeypatch.setattr(_selftest_ref, "mps_gru", lambda *a, **k: real(*a, **k) + 0.1)
+    bad = tuner.workloads(device, "recurrence", [TINY_GRU])
+    with tuning.trial(device, "recurrence", start):
+        with pytest.raises(tuner.CandidateError, match="forward"):
+            bad[0].check()
+
+
+def test_choices_respect_the_device(device):
+    current = device.tuning("gemm")
+    derived = tuning.derive(device.info, device.profile)
+    for name in ("GEMM_VW", "GEMM_DVW"):
+        values = tuner.choices(device, "gemm", name, current)
+        assert current[name] in values
+        if device.info.type == "cpu":
+            assert max(values) <= max(4, derived["gemm"]["GEMM_VW"])
+    for name in ("GEMM_WG", "GEMM_PACK_WG"):
+        assert max(tuner.choices(device, "gemm", name, current)) <= \
+            tuning.clamp_work_group(device.info, 1 << 20)
+
+
+def test_autotune_runs_once_on_first_use(device, db, monkeypatch):
+    calls = []
+    monkeypatch.setattr(tuner, "tune", lambda dev, **kw: calls.append((dev, kw)))
+    monkeypatch.setenv("PYRNN_CL_AUTOTUNE", "1")
+    monkeypatch.setattr(device, "_autotuned", False, raising=False)
+    device.tuning("gemm")
+    device.tuning("recurrence")
+    assert len(calls) == 1 and calls[0][0] is device
+    assert calls[0][1]["budget"] == tuner.AUTOTUNE_BUDGET
+
+
+def test_autotune_failure_warns_and_keeps_the_defaults(device, db, monkeypatch):
+    def broken(dev, **kw):
+        raise RuntimeError("no luck")
+
+    monkeypatch.setattr(tuner, "tune", broken)
+    monkeypatch.setenv("PYRNN_CL_AUTOTUNE", "1")
+    monkeypatch.setattr(device, "_autotuned", False, raising=False)
+    with pytest.warns(TuningWarning, match="no luck"):
+        values = device.tuning("gemm")
+    assert values == tuning.resolve(device.info, device.profile, "gemm")[0]
+
+
+def test_autotune_is_skipped_when_tuned_or_disabled(device, db, monkeypatch):
+    calls = []
+    monkeypatch.setattr(tuner, "tune", lambda dev, **kw: calls.append(dev))
+    tuning.save_entry(device.info, {"reduce": device.tuning("reduce")})
+    monkeypatch.setenv("PYRNN_CL_AUTOTUNE", "1")
+    monkeypatch.setattr(device, "_autotuned", False, raising=False)
+    device.tuning("gemm")
+    monkeypatch.setenv("PYRNN_CL_TUNING", "0")
+    monkeypatch.setattr(device, "_autotuned", False, raising=False)
+    device.tuning("gemm")
+    assert calls == []
+
+
+def test_cli_rejects_bad_arguments(device, db, capsys):
+    assert tuner.main(["--device", device.info.index, "--families", "fft", "--no-save"]) == 2
+    assert "fft" in capsys.readouterr().err
+    assert tuner.main(["--device", device.info.index, "--configs", "nope", "--no-save"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert tuner.main(["--device", device.info.index, "--budget", "0", "--no-save"]) == 2
+
+
+def test_cli_tunes_and_reports(device, db, capsys, monkeypatch):
+    monkeypatch.setattr(bench_module, "CONFIGS", (TINY,) + bench_module.CONFIGS)
+    assert tuner.main(["--device", device.info.index, "--configs", "tiny-test", "--budget", "8",
+                       "--families", "reduce", "--repeat", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "reduce:" in out and "Saved to" in out
+    assert tuning.is_tuned(device.info) == "user"
+
+
+def test_gemm_workload_reference_is_float64(device):
+    """The GEMM check is against NumPy float64, tight enough to catch one wrong element."""
+    work = tuner.workloads(device, "gemm", [TINY])
+    for w in work:
+        w.check()
+    real = gemm_module.gemm
+    try:
+        def off_by_one(dev, dtype, m, n, k, a, b, c, **kw):
+            real(dev, dtype, m, n, k, a, b, c, **kw)
+            host = c.get()
+            host[0, 0] += 1e-3 * max(1.0, np.abs(host).max())
+            c.set(host)
+
+        gemm_module.gemm = off_by_one
+        with pytest.raises(tuner.CandidateError):
+            tuner.workloads(device, "gemm", [TINY])[0].check()
+    finally:
+        gemm_module.gemm = real

@@ -1,0 +1,337 @@
+"""Tuning: defaults derived from device queries, the tuning database, and the resolution order
+(pyrnn_cl/tuning.py). The tuner itself is tested in test_tuner.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from pyrnn_cl import tuning
+from pyrnn_cl.devices import DeviceInfo, profile_for
+from pyrnn_cl.errors import TuningWarning
+
+# {{{ fake devices as their runtimes describe themselves (values from their clinfo output)
+
+
+def _info(platform, name, type_, **kw):
+    return DeviceInfo(platform_name=platform, platform_vendor=kw.pop("platform_vendor", platform),
+                      name=name, type=type_, opencl_c_version="OpenCL C 1.2",
+                      driver_version=kw.pop("driver_version", "1.0"), **kw)
+
+
+NVIDIA_H100 = _info("NVIDIA CUDA", "NVIDIA H100 80GB HBM3", "gpu",
+                    platform_vendor="NVIDIA Corporation", compute_units=132,
+                    max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
+                    local_mem_size=49152, local_mem_type="local", native_vector_width_float=1,
+                    simd_widths=(32,), registers_per_group=65536)
+AMD_MI = _info("AMD Accelerated Parallel Processing", "gfx90a:sramecc+:xnack-", "gpu",
+               platform_vendor="Advanced Micro Devices, Inc.", compute_units=104,
+               max_work_group_size=256, max_work_item_sizes=(1024, 1024, 1024),
+               local_mem_size=65536, local_mem_type="local", native_vector_width_float=1,
+               simd_widths=(64,))
+APPLE_M2 = _info("Apple", "Apple M2 Max", "gpu", compute_units=38, max_work_group_size=256,
+                 max_work_item_sizes=(256, 256, 256), local_mem_size=32768,
+                 local_mem_type="local", native_vector_width_float=1)
+INTEL_ARC = _info("Intel(R) OpenCL Graphics", "Intel(R) Arc(TM) A770 Graphics", "gpu",
+                  platform_vendor="Intel(R) Corporation", compute_units=512,
+                  max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 1024),
+                  local_mem_size=65536, local_mem_type="local", native_vector_width_float=1,
+                  simd_widths=(8, 16, 32))
+TINY_GPU = _info("Some GPU runtime", "Tiny GPU", "gpu", max_work_group_size=64,
+                 max_work_item_sizes=(32, 32, 32), native_vector_width_float=4,
+                 registers_per_group=2048, simd_widths=(16,))
+_POCL = dict(platform_vendor="The pocl project", compute_units=2, max_work_group_size=4096,
+             max_work_item_sizes=(4096, 4096, 4096), local_mem_size=524288,
+             local_mem_type="global", global_mem_cache_size=32 << 20,
+             platform_version="OpenCL 3.0 PoCL 3.1+debian  Linux")
+AVX2_CPU = _info("Portable Computing Language", "pthread-haswell-AMD EPYC", "cpu",
+                 native_vector_width_float=8, native_vector_width_double=4, **_POCL)
+AVX512_CPU = _info("Portable Computing Language", "pthread-znver4-AMD EPYC", "cpu",
+                   native_vector_width_float=16, native_vector_width_double=8, **_POCL)
+NEON_CPU = _info("Portable Computing Language", "pthread-neoverse-n1", "cpu",
+                 native_vector_width_float=4, native_vector_width_double=2,
+                 **dict(_POCL, global_mem_cache_size=1 << 20))
+INTEL_CPU_RT = _info("Intel(R) OpenCL", "AMD EPYC", "cpu",
+                     platform_vendor="Intel(R) Corporation", compute_units=2,
+                     max_work_group_size=8192, max_work_item_sizes=(8192, 8192, 8192),
+                     local_mem_size=32768, local_mem_type="global",
+                     native_vector_width_float=8, native_vector_width_double=4,
+                     global_mem_cache_size=512 << 10)
+UNKNOWN = DeviceInfo("Mystery platform", name="Mystery device")   # nothing reported
+ZOO = [NVIDIA_H100, AMD_MI, APPLE_M2, INTEL_ARC, TINY_GPU, AVX2_CPU, AVX512_CPU, NEON_CPU,
+       INTEL_CPU_RT, UNKNOWN]
+
+# }}}
+
+# {{{ derived defaults
+
+
+def _wg_limit(info):
+    limit = info.max_work_group_size
+    return min(limit, info.max_work_item_sizes[0]) if info.max_work_item_sizes else limit
+
+
+@pytest.mark.parametrize("info", ZOO, ids=lambda i: i.name)
+def test_derived_defaults_are_complete_and_within_the_device_limits(info):
+    profile = profile_for(info)
+    derived = tuning.derive(info, profile)
+    assert set(derived) == set(tuning.FAMILIES)
+    for family, values in derived.items():
+        # every tunable has a value, and the values pass the same check as stored entries
+        assert set(values) == {p.name for p in tuning.SPACE[family]}, family
+        assert tuning.valid_values(family, values) == values
+        for name in ("GEMM_WG", "GEMM_PACK_WG", "REDUCE_WG", "REC_WG"):
+            if name in values:
+                assert values[name] <= _wg_limit(info), (family, name, values[name])
+    gemm = derived["gemm"]
+    if info.registers_per_group:
+        # accumulators and operands of a whole group fit the registers the device reports
+        assert gemm["GEMM_WG"] * 2 * gemm["GEMM_TM"] * gemm["GEMM_TN"] <= info.registers_per_group
+    if info.type == "gpu":
+        width = max(info.simd_widths) if info.simd_widths else profile.simd_width
+        if _wg_limit(info) >= width:
+            assert gemm["GEMM_WG"] % width == 0      # whole warps / wavefronts / sub-groups
+
+
+@pytest.mark.parametrize("info, width", [(AVX2_CPU, 8), (AVX512_CPU, 16), (NEON_CPU, 4),
+                                         (INTEL_CPU_RT, 8)], ids=lambda v: getattr(v, "name", v))
+def test_cpu_vectors_follow_the_native_width(info, width):
+    """No vector wider than the native one: on AVX2 a float16 changes the calling convention
+    (and the compiler prints a warning on stderr per kernel)."""
+    derived = tuning.derive(info, profile_for(info))
+    assert derived["gemm"]["GEMM_VW"] == derived["gemm"]["GEMM_DVW"] == width
+    assert derived["gemm"]["GEMM_PACK_KC"] <= max(4, width)
+    assert derived["recurrence"]["REC_VW"] == derived["reduce"]["REDUCE_VW"] == width
+    assert derived["recurrence"]["REC_VW_F64"] == info.native_vector_width_double
+    assert derived["gemm_f64"]["GEMM_VW"] == info.native_vector_width_double
+
+
+def test_derived_defaults_differ_where_the_devices_do():
+    avx2, avx512 = (tuning.derive(i, profile_for(i)) for i in (AVX2_CPU, AVX512_CPU))
+    assert avx2["gemm"]["GEMM_TN"] == 32 and avx512["gemm"]["GEMM_TN"] == 64
+    # the last-level cache bounds what whole-sequence kernels stream per step
+    neon = tuning.derive(NEON_CPU, profile_for(NEON_CPU))["recurrence"]
+    assert neon["REC_SEQ_MAX_BYTES"] == (1 << 20) // 8
+    assert neon["REC_SEQ_STREAM_BYTES"] == 1 << 20
+    # PoCL specialises per local size: one fixed local size; others let the driver choose
+    assert avx2["recurrence"]["REC_WG"] == 1
+    assert tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))["recurrence"]["REC_WG"] == 0
+
+
+def test_reported_lock_step_width_wins_over_the_profile():
+    arc = tuning.derive(INTEL_ARC, profile_for(INTEL_ARC))
+    assert arc["gemm"]["GEMM_WG"] == 4 * 32     # largest reported sub-group size
+    guessed = dataclasses.replace(INTEL_ARC, simd_widths=())
+    assert tuning.derive(guessed, profile_for(guessed))["gemm"]["GEMM_WG"] == \
+        4 * profile_for(guessed).simd_width
+
+
+def test_every_profile_attribute_is_read():
+    """A quirk that no code reads misleads the reader: each class attribute of a profile must
+    be read somewhere in the package (``.name``; definitions have no dot)."""
+    import pathlib
+
+    import pyrnn_cl
+    from pyrnn_cl.devices.base import VendorProfile
+
+    root = pathlib.Path(pyrnn_cl.__file__).parent
+    code = "\n".join(p.read_text() for p in root.rglob("*.py"))
+    attributes = set()
+    for profile in {type(profile_for(i)) for i in ZOO} | {VendorProfile}:
+        for klass in profile.__mro__:
+            attributes |= {name for name, value in vars(klass).items()
+                           if not name.startswith("_") and not callable(value)
+                           and not isinstance(value, (classmethod, staticmethod, property))}
+    for name in sorted(attributes - {"name", "priority", "TUNING"}):
+        assert f".{name}" in code, f"profile attribute {name} is read by no code"
+
+
+def test_valid_values_rejects_what_the_kernels_cannot_take():
+    for bad in ({"GEMM_VW": 3}, {"GEMM_VW": 8, "GEMM_TN": 12}, {"GEMM_TM": 0},
+                {"GEMM_TM": "4"}, {"GEMM_TM": True}, {"NOT_A_PARAM": 1}):
+        with pytest.raises(ValueError):
+            tuning.valid_values("gemm", bad)
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        tuning.valid_values("fft", {})
+    assert tuning.valid_values("gemm", {"GEMM_VW": 8, "GEMM_TN": 24}) == {"GEMM_VW": 8,
+                                                                           "GEMM_TN": 24}
+
+# }}}
+
+# {{{ the database
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    """An empty user database and an empty shipped one."""
+    monkeypatch.setenv("PYRNN_CL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYRNN_CL_TUNING", raising=False)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(tuning, "shipped_dir", lambda: shipped)
+    monkeypatch.setattr(tuning, "_WARNED", set())
+    return tmp_path
+
+
+def _resolve(info, family):
+    return tuning.resolve(info, profile_for(info), family)
+
+
+def test_save_load_merge_and_resolve(db):
+    info = AVX2_CPU
+    values, origin = _resolve(info, "gemm")
+    assert origin == "derived" and values["GEMM_TM"] == 4
+    assert _resolve(info, "recurrence")[1] == "derived+profile"   # PoCL's measured thresholds
+    path = tuning.save_entry(info, {"gemm": {"GEMM_TM": 2, "GEMM_WG": 8}})
+    assert path == tuning.entry_path(info) and path.is_file()
+    values, origin = _resolve(info, "gemm")
+    assert values["GEMM_TM"] == 2 and values["GEMM_WG"] == 8 and origin.startswith("tuned")
+    assert values["GEMM_VW"] == 8                      # untuned names keep the derived value
+    assert tuning.is_tuned(info) == "user"
+    # tuning another family later keeps the first one
+    tuning.save_entry(info, {"recurrence": {"REC_NB": 2}})
+    assert _resolve(info, "gemm")[0]["GEMM_TM"] == 2
+    assert _resolve(info, "recurrence")[0]["REC_NB"] == 2
+    # ... and tuning it again replaces it
+    tuning.save_entry(info, {"gemm": {"GEMM_TM": 8}})
+    assert _resolve(info, "gemm")[0]["GEMM_TM"] == 8
+    assert "GEMM_WG" not in json.loads(path.read_text())["families"]["gemm"]
+    # another device's entry is another file
+    assert tuning.entry_path(AVX512_CPU) != path
+    assert _resolve(AVX512_CPU, "gemm")[1] == "derived"
+
+
+def test_tuning_0_ignores_every_entry(db, monkeypatch):
+    tuning.save_entry(AVX2_CPU, {"gemm": {"GEMM_TM": 2}})
+    monkeypatch.setenv("PYRNN_CL_TUNING", "0")
+    values, origin = _resolve(AVX2_CPU, "gemm")
+    assert values["GEMM_TM"] == 4 and origin == "derived"
+    monkeypatch.setenv("PYRNN_CL_TUNING", "1")
+    assert _resolve(AVX2_CPU, "gemm")[0]["GEMM_TM"] == 2
+
+
+def test_shipped_entry_and_user_entry_precedence(db):
+    info = AVX2_CPU
+    entry = tuning.make_entry(info, {"gemm": {"GEMM_TM": 6}, "reduce": {"REDUCE_NV": 2}})
+    tuning.shipped_path(info).write_text(json.dumps(entry))
+    values, origin = _resolve(info, "gemm")
+    assert values["GEMM_TM"] == 6 and origin.startswith("shipped")
+    assert tuning.is_tuned(info) == "shipped"
+    tuning.save_entry(info, {"gemm": {"GEMM_TM": 1}})
+    assert _resolve(info, "gemm")[0]["GEMM_TM"] == 1          # the user's own tune wins
+    assert _resolve(info, "reduce")[0]["REDUCE_NV"] == 2       # the shipped family still applies
+
+
+def _corrupt(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize("what", ["garbage", "not an object", "foreign", "stale kernels",
+                                  "bad value", "old format", "unknown family"])
+def test_bad_entries_warn_once_and_fall_back(db, what):
+    info = AVX2_CPU
+    entry = tuning.make_entry(info, {"gemm": {"GEMM_TM": 2}})
+    if what == "garbage":
+        text = "{not json"
+    elif what == "not an object":
+        text = "[1, 2]"
+    elif what == "foreign":
+        entry["device"] = tuning.entry_key(AVX512_CPU)
+        text = json.dumps(entry)
+    elif what == "stale kernels":
+        entry["kernel_version"] = "0" * 16
+        text = json.dumps(entry)
+    elif what == "bad value":
+        entry["families"]["gemm"]["GEMM_VW"] = 3
+        text = json.dumps(entry)
+    elif what == "old format":
+        entry["format"] = 0
+        text = json.dumps(entry)
+    else:
+        entry["families"]["fft"] = {"X": 1}
+        text = json.dumps(entry)
+    _corrupt(tuning.entry_path(info), text)
+    with pytest.warns(TuningWarning, match="ignoring tuning entry"):
+        values, origin = _resolve(info, "gemm")
+    assert values == tuning.derive(info, profile_for(info))["gemm"] and origin == "derived"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # one warning per file, not one per call
+        tuning.resolve(info, profile_for(info), "reduce")
+    assert tuning.is_tuned(info) == ""
+    # a new tune replaces the bad file and is used
+    tuning.save_entry(info, {"gemm": {"GEMM_TM": 8}})
+    assert _resolve(info, "gemm")[0]["GEMM_TM"] == 8
+
+
+def test_entry_key_holds_platform_device_driver_and_kernels(db):
+    entry = tuning.make_entry(AVX2_CPU, {})
+    assert entry["device"] == {"platform": AVX2_CPU.platform_name,
+                               "platform_version": AVX2_CPU.platform_version,
+                               "device": AVX2_CPU.name, "driver_version": "1.0"}
+    assert entry["kernel_version"] == tuning.kernel_version()
+    newer_driver = dataclasses.replace(AVX2_CPU, driver_version="2.0")
+    assert tuning.entry_path(newer_driver) != tuning.entry_path(AVX2_CPU)
+
+
+def test_shipped_database_entries_are_valid():
+    """Every entry shipped in the package parses and holds valid values for its device."""
+    for path in sorted(tuning.shipped_dir().glob("*.json")):
+        data = json.loads(path.read_text())
+        assert data["format"] == tuning.FORMAT, path
+        for family, values in data["families"].items():
+            tuning.valid_values(family, values)
+
+# }}}
+
+# {{{ on the device
+
+
+def test_device_uses_a_tuned_entry_and_stays_correct(device, db):
+    """A tuned entry changes what the device's kernels are built with, and the results stay
+    those of the derived defaults."""
+    import pyrnn_cl as rc
+
+    rng = np.random.default_rng(7)
+    T, N, I, H = 5, 3, 7, 11
+    x = rng.standard_normal((T, N, I)).astype(np.float32)
+    W = (0.3 * rng.standard_normal((4 * H, I))).astype(np.float32)
+    R = (0.3 * rng.standard_normal((4 * H, H))).astype(np.float32)
+    before = rc.lstm(x, R, W, device=device)[0]
+    assert device.tuning_source("recurrence") in ("derived", "derived+profile")
+    tuning.save_entry(device.info, {"recurrence": {"REC_NB": 1, "REC_BWD_ROWS": 7},
+                                    "gemm": {"GEMM_TM": 2}})
+    assert device.tuning("recurrence")["REC_NB"] == 1
+    assert device.tuning_source("gemm").startswith("tuned")
+    after = rc.lstm(x, R, W, device=device)[0]
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
+
+
+def test_cold_build_writes_nothing_to_stderr(device, tmp_path):
+    """Compiling every kernel of an LSTM forward and backward from empty caches prints
+    nothing: no compiler diagnostics in normal use (vector widths within the native one)."""
+    env = dict(os.environ, PYRNN_CL_CACHE_DIR=str(tmp_path / "k"),
+               POCL_CACHE_DIR=str(tmp_path / "pocl"), PYRNN_CL_DEVICE=device.info.index)
+    env.pop("PYRNN_CL_COMPILER_OUTPUT", None)
+    script = (
+        "import numpy as np, pyrnn_cl as rc\n"
+        "r = np.random.default_rng(0)\n"
+        "T, N, I, H = 4, 3, 5, 24\n"
+        "x = r.random((T, N, I), np.float32); W = r.random((4*H, I), np.float32)\n"
+        "R = r.random((4*H, H), np.float32); d = rc.LSTMDescriptor(training=True)\n"
+        "y, c, z = rc.lstm(x, R, W, descriptor=d)\n"
+        "rc.lstm_gradients(x, R, np.ones_like(y), z, c, W, descriptor=d)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+
+# }}}
