@@ -35,6 +35,18 @@ Variables (unset or empty means the default):
     ``pyrnn_cl.devices.select_devices`` parses it.
 ``PYRNN_CL_REQUIRE_DEVICE``
     ``1``: a test session fails if no kernel ran on a device (pitfalls C14).
+``PYRNN_CL_FIND_RUNTIMES``
+    ``0`` leaves the ICD loader alone: no search for OpenCL runtimes installed as Python
+    packages (Intel's CPU runtime, the ``intel`` extra; ``pyrnn_cl.devices.runtimes``).
+    Default: on.
+``OCL_ICD_VENDORS``, ``OCL_ICD_FILENAMES``, ``OPENCL_VENDOR_PATH``
+    The ICD loaders' own search settings (read, never changed, when the user set them): with
+    any of them set, pyrnn_cl registers no runtime. When it registers Intel's CPU runtime it
+    sets ``OCL_ICD_VENDORS`` itself (:func:`set_icd_vendors`).
+``CL_CONFIG_CPU_TBB_NUM_WORKERS`` and ``DPCPP_CPU_*``
+    Intel's CPU runtime's worker count and placement; read for ``pyrnn-cl bench``'s report, and
+    the worker count set by pyrnn_cl only when unset and a cgroup CPU quota is smaller than the
+    process's CPU set (:func:`set_default`).
 
 Boolean variables are false when unset, empty, ``0``, ``false``, ``no`` or ``off``.
 
@@ -133,3 +145,39 @@ def test_filter() -> str | None:
 def require_device() -> bool:
     """``PYRNN_CL_REQUIRE_DEVICE``: a test session must run at least one kernel."""
     return _flag("PYRNN_CL_REQUIRE_DEVICE")
+
+
+def find_runtimes() -> bool:
+    """``PYRNN_CL_FIND_RUNTIMES``: register OpenCL runtimes installed as Python packages
+    (true unless set to a false word)."""
+    return _get("PYRNN_CL_FIND_RUNTIMES") is None or _flag("PYRNN_CL_FIND_RUNTIMES")
+
+
+#: The ICD loaders' search variables (ocl-icd and the Khronos loader).
+ICD_LOADER_VARIABLES = ("OCL_ICD_VENDORS", "OCL_ICD_FILENAMES", "OPENCL_VENDOR_PATH")
+
+
+def icd_loader_settings() -> dict[str, str]:
+    """The ICD loader search variables that are set (non-empty), by name."""
+    return {name: value for name in ICD_LOADER_VARIABLES
+            if (value := _get(name)) is not None}
+
+
+def set_icd_vendors(path: str) -> None:
+    """Point the ICD loader at a vendors directory (``OCL_ICD_VENDORS``); read by the loader at
+    the process's first platform query, and inherited by child processes."""
+    os.environ["OCL_ICD_VENDORS"] = str(path)
+
+
+def raw(name: str) -> str | None:
+    """The stripped value of any variable, ``None`` when unset or empty (for reports)."""
+    return _get(name)
+
+
+def set_default(name: str, value: str) -> bool:
+    """Set ``name`` to ``value`` unless it is set already (even to an empty string: the user's
+    choice); return whether it was set."""
+    if name in os.environ:
+        return False
+    os.environ[name] = str(value)
+    return True

@@ -37,3 +37,9 @@ class CompilerWarning(UserWarning):
 class TuningWarning(UserWarning):
     """A tuning entry was ignored (corrupt, foreign device, other kernel version) or a tune could
     not finish; the derived defaults apply."""
+
+
+class RuntimeInstallWarning(UserWarning):
+    """An OpenCL runtime installed as a Python package (Intel's CPU runtime, the ``intel``
+    extra) is broken or incomplete; the message names what is missing. The other devices are
+    unaffected."""

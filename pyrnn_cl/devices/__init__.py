@@ -158,6 +158,11 @@ def _enumerate():
         import pyopencl as cl
     except ImportError:
         return []
+    # Intel's CPU runtime from PyPI is registered with the ICD loader before its first
+    # platform query (once per process; a broken install warns and changes nothing).
+    from . import runtimes
+
+    runtimes.register()
     try:
         platforms = cl.get_platforms()
     except (cl.Error, RuntimeError, OSError):
