@@ -87,7 +87,7 @@ def _tuning_line(info) -> str:
 
 def _cmd_devices(args) -> int:
     from . import _env
-    from .devices import INSTALL_HINT, get_device, list_devices
+    from .devices import INSTALL_HINT, get_device, list_devices, profile_for, rank_key
     from .errors import DeviceNotFoundError
 
     infos = list_devices()
@@ -112,6 +112,14 @@ def _cmd_devices(args) -> int:
         if any(row.startswith("-") for row in devices_table(infos).splitlines()):
             legend += "; - used only when asked for by name"
         print(legend + ".")
+        # Two CPU runtimes on one CPU (PoCL and Intel's): say why the ranking put one first.
+        cpu_profiles = {profile_for(i).name: profile_for(i) for i in infos
+                        if i.type == "cpu" and rank_key(i) is not None}
+        if match.type == "cpu" and len(cpu_profiles) > 1:
+            for profile in cpu_profiles.values():
+                note = getattr(profile, "CPU_RANK_NOTE", None)
+                if note:
+                    print(f"Ranking of the CPU runtimes: {note}.")
         print("Choose another with PYRNN_CL_DEVICE=<index|profile|gpu|cpu|name substring> or "
               "device=... on any op.")
     else:

@@ -1,4 +1,18 @@
-"""Intel's OpenCL runtimes: the GPU compute runtime (NEO) and the CPU runtime."""
+"""Intel's OpenCL runtimes: the GPU compute runtime (NEO) and the CPU runtime.
+
+One profile name (``"intel"``, API.md §4) covers two unrelated implementations, split by
+:meth:`IntelProfile.is_cpu_runtime`:
+
+* **NEO** (platform "Intel(R) OpenCL Graphics"): GPUs; ``simd_width`` sizes their work-groups;
+  ranked in the Intel-GPU tier.
+* **The CPU runtime** (platform "Intel(R) OpenCL", device = the host CPU, Intel's or AMD's;
+  ``pip install "pyrnn_cl[intel]"``, registered by :mod:`pyrnn_cl.devices.runtimes`): an LLVM
+  compiler that vectorises across work-items and runs work-groups on TBB workers. Its tuning is
+  derived from its queries like any CPU's (``pyrnn_cl.tuning``, which ignores ``simd_width`` for
+  CPUs) plus the tuner; no GPU value applies to it. Ranked after PoCL among CPU runtimes, by
+  measurement (:attr:`IntelProfile.CPU_RANK_NOTE`, docs/platforms.md).
+* The FPGA emulation platform and other accelerators: last.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +23,41 @@ class IntelProfile(VendorProfile):
     name = "intel"
     priority = 50
 
-    # Intel GPUs compile kernels at SIMD8/16/32; 16 is the common choice.
+    # -- NEO (GPUs) ---------------------------------------------------------------------------
+    # Intel GPUs compile kernels at SIMD8/16/32; 16 is the common choice. (GPUs only: the CPU
+    # runtime's work-groups follow the CPU's native vector width.)
     simd_width = 16
     # (Note:) Gen12 iGPUs and Arc have no fp64 (the emulation is experimental and hangs the
     # iGPU), and "Double type is not supported" shows only in the build log (pitfalls C10):
     # float64 is decided from cl_khr_fp64 before building, for every device.
-    # The CPU runtime narrates every build ("Compilation started", "Kernel <k> was successfully
-    # vectorized (8)", "Done."): progress, not warnings.
+
+    # -- the CPU runtime ----------------------------------------------------------------------
+    # Its compiler narrates every build ("Compilation started", "Kernel <k> was successfully
+    # vectorized (8)", "Done."): progress, not warnings. (No switch needed:) it compiles a
+    # kernel once for every local size (no per-local-size specialisation as in PoCL), reports
+    # 8192 work-items per group and fp16; it keeps no kernel cache of its own, so pyrnn_cl's
+    # disk cache serves it (programs.py).
     BENIGN_LOG_LINES = (
         r"^\s*(Compilation|Linking|Device build) (started|done)\.?\s*$",
         r"was successfully vectorized",
         r"was not vectorized",
         r"^\s*Done\.\s*$",
     )
+    #: Second among CPU runtimes, after PoCL: why (shown by ``pyrnn-cl devices`` when both are
+    #: present). Change the rank and this sentence together, from new measurements.
+    CPU_RANK = 1
+    CPU_RANK_NOTE = (
+        "PoCL ranks before Intel's CPU runtime: on `pyrnn-cl bench --quick` (AMD EPYC, 2 cores, "
+        "AVX2) PoCL was faster on 4 of 6 timings (GRU forward 1.5x), Intel's 10 % faster only "
+        "on the LSTM 512/16 forward, and PoCL builds kernels faster cold "
+        "(docs/platforms.md)"
+    )
+
+    @staticmethod
+    def is_cpu_runtime(info) -> bool:
+        """True for the CPU runtime's device (platform "Intel(R) OpenCL", a CPU), False for
+        NEO's GPUs and the FPGA emulator."""
+        return info.type == "cpu"
 
     def matches(self, info) -> bool:
         if is_mesa(info):
@@ -31,7 +67,7 @@ class IntelProfile(VendorProfile):
     def default_rank(self, info):
         if info.type == "gpu":
             return (TIER_INTEL_GPU, 0)
-        if info.type == "cpu":
-            return (TIER_CPU, 1)  # after PoCL (API.md §4 lists PoCL first)
+        if self.is_cpu_runtime(info):
+            return (TIER_CPU, self.CPU_RANK)   # after PoCL's (TIER_CPU, 0, ...)
         # FPGA emulation platform and other accelerators: last.
         return (TIER_OTHER, 0)
