@@ -11,6 +11,9 @@ ends with a line of text sampled from the model.
     python examples/char_lstm.py --png loss.png    # also save the loss curve (matplotlib)
     python examples/char_lstm.py --quick           # a few seconds (used by the tests)
     python examples/char_lstm.py --device gpu      # any pyrnn_cl device spec
+
+Needs PyTorch, and matplotlib for ``--png`` (tqdm, optional, draws a progress bar):
+``pip install "pyrnn_cl[torch,examples]"``.
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ import sys
 import time
 
 import numpy as np
-import torch
-from torch import nn
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:
+    sys.exit(f'char_lstm.py needs PyTorch ({exc}): pip install "pyrnn_cl[torch,examples]"')
 
 try:
     import pyrnn_cl.torch as rt
@@ -125,6 +132,11 @@ def parse_args(argv=None):
     p.add_argument("--sample", type=int, default=120, help="characters to sample at the end")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
     args = p.parse_args(argv)
+    if args.png:
+        try:        # before training, not after it
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            p.error(f'--png needs matplotlib ({exc}): pip install "pyrnn_cl[examples]"')
     if args.quick:
         args.epochs, args.steps, args.hidden, args.embed = 2, 4, 32, 16
         args.seq, args.batch, args.sample = 32, 8, 40
