@@ -7,12 +7,16 @@
 #    apt runs only for packages that are missing. Without Debian's PoCL: pip's PoCL wheel
 #    (`pocl-binary-distribution`, the `pocl` extra). docs/platforms.md says why Debian's first.
 # 2. `pip install -e ".[test,torch,examples]"` (PYRNN_CL_EXTRAS overrides the extras) and tox.
+#    Then Intel's CPU OpenCL runtime, the `intel` extra (x86-64 only), as a second CPU
+#    implementation: PYRNN_CL_INTEL=auto (default) warns and goes on if it cannot be installed,
+#    1 (set by .ci/run) fails then and when pyrnn_cl does not list its device, 0 skips it.
 # 3. Lists the OpenCL devices; fails if there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 EXTRAS=${PYRNN_CL_EXTRAS:-test,torch,examples}
+INTEL=${PYRNN_CL_INTEL:-auto}
 APT_PACKAGES="pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind"
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -53,6 +57,25 @@ fi
 # -- 2. Python packages --------------------------------------------------------------------------
 say "$PYTHON -m pip install -e .[$EXTRAS]"
 "$PYTHON" -m pip install -q -e ".[$EXTRAS]"
+case "$INTEL" in
+  0) ;;
+  *)
+    machine=$(uname -m)
+    if [ "$machine" != x86_64 ] && [ "$INTEL" != 1 ]; then
+      echo "note: Intel's CPU OpenCL runtime has wheels for x86-64 only; skipped on $machine" >&2
+    else
+      say "$PYTHON -m pip install -e .[intel] (Intel's CPU OpenCL runtime)"
+      if ! "$PYTHON" -m pip install -q -e ".[intel]"; then
+        if [ "$INTEL" = 1 ]; then
+          echo "install.sh: PYRNN_CL_INTEL=1 and the intel extra failed to install" >&2
+          exit 1
+        fi
+        echo "warning: the intel extra (Intel's CPU OpenCL runtime) failed to install;" \
+             "continuing without it" >&2
+      fi
+    fi
+    ;;
+esac
 if ! "$PYTHON" -m tox --version >/dev/null 2>&1; then
   say "$PYTHON -m pip install tox"
   "$PYTHON" -m pip install -q tox
@@ -77,3 +100,15 @@ from pyrnn_cl.devices import INSTALL_HINT, list_devices
 if not list_devices():
     sys.exit("install.sh: no OpenCL device is visible. " + INSTALL_HINT)
 PY
+if [ "$INTEL" = 1 ]; then
+  "$PYTHON" - <<'PY'
+import sys
+from pyrnn_cl.devices import list_devices, runtimes
+found = [i for i in list_devices() if i.platform_name == "Intel(R) OpenCL" and i.type == "cpu"]
+state = runtimes.registration()
+if not found:
+    sys.exit("install.sh: PYRNN_CL_INTEL=1 but pyrnn_cl lists no Intel(R) OpenCL CPU device "
+             f"(registration: {state.state if state else None}: {state.detail if state else ''})")
+print(f"Intel's CPU runtime: {found[0].describe()} ({state.state}: {state.detail})")
+PY
+fi
