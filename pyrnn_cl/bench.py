@@ -628,6 +628,16 @@ def pin_pocl_workers(threads: int | None = None) -> bool:
     return True
 
 
+def intel_runtime_report() -> dict:
+    """Intel's CPU runtime as this process has it (:mod:`pyrnn_cl.devices.runtimes`): how it
+    was registered and its thread controls (``None``: the runtime's default; docs/platforms.md
+    measures them), which of them pyrnn_cl set, the process's CPUs and cgroup CPU quota."""
+    from .devices import runtimes
+
+    state = runtimes.registration()
+    return {"registration": state.state if state else None, **runtimes.thread_settings()}
+
+
 def _machine(device, threads: int, torch_version) -> dict:
     from .devices.info import parse_version
 
@@ -648,6 +658,7 @@ def _machine(device, threads: int, torch_version) -> dict:
         "recurrence_tuning": dict(tuning),
         "pocl_threads_env": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
         "pocl_affinity_env": os.environ.get("POCL_AFFINITY"),
+        "intel_cpu_runtime": intel_runtime_report(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "torch": torch_version,
@@ -826,6 +837,13 @@ def format_table(result: dict) -> str:
         "(min) | fwd+bwd GFLOP/s | % sgemm f+b | torch f+b ms med | ratio f+b med (min) |",
         "|" + "---|" * 18,
     ]
+    intel = m.get("intel_cpu_runtime")
+    if intel and m.get("platform") == "Intel(R) OpenCL":
+        lines.insert(2, "Intel CPU runtime threads: " + ", ".join(
+            f"{k}={v or 'unset'}" for k, v in intel["variables"].items())
+            + f" (process CPUs {intel['process_cpus']}, cgroup quota "
+            f"{intel['cgroup_cpu_limit'] or 'none'}; set by pyrnn_cl: "
+            f"{intel['set_by_pyrnn_cl'] or 'nothing'})")
     for e in result["configs"]:
         c = e["config"]
         head = (f"| {c['name']} | {c['cell']} | {c['H']} | {c['I']} | {c['N']} | {c['T']} | "
