@@ -394,3 +394,27 @@ def test_pocl_ranks_before_intel_cpu_and_devices_says_why(monkeypatch, capsys):
     assert "Ranking of the CPU runtimes" not in capsys.readouterr().out
 
 # }}}
+
+
+# {{{ pyrnn-cl bench reports the runtime's thread controls
+
+
+def test_bench_reports_intel_thread_controls(device, monkeypatch):
+    from pyrnn_cl import bench
+
+    monkeypatch.setenv("DPCPP_CPU_SCHEDULE", "static")
+    result = bench.run_bench([bench.BenchConfig("smoke", "lstm", H=8, I=4, N=2, T=3)],
+                             device=device, repeat=1, warmup=0, threads=1,
+                             compare_torch=False)
+    report = result["machine"]["intel_cpu_runtime"]
+    assert set(report["variables"]) == set(runtimes.THREAD_VARIABLES)
+    assert report["variables"]["DPCPP_CPU_SCHEDULE"] == "static"
+    assert report["process_cpus"] >= 1
+    header = bench.format_table(result).splitlines()[:4]
+    if device.info.platform_name == "Intel(R) OpenCL":
+        line = next(x for x in header if x.startswith("Intel CPU runtime threads: "))
+        assert "DPCPP_CPU_SCHEDULE=static" in line and "CL_CONFIG_CPU_TBB_NUM_WORKERS=" in line
+    else:
+        assert not any("Intel CPU runtime" in x for x in header)
+
+# }}}
