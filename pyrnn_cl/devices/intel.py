@@ -47,10 +47,11 @@ class IntelProfile(VendorProfile):
     #: present). Change the rank and this sentence together, from new measurements.
     CPU_RANK = 1
     CPU_RANK_NOTE = (
-        "PoCL ranks before Intel's CPU runtime: on `pyrnn-cl bench --quick` (AMD EPYC, 2 cores, "
-        "AVX2) PoCL was faster on 4 of 6 timings (GRU forward 1.5x), Intel's 10 % faster only "
-        "on the LSTM 512/16 forward, and PoCL builds kernels faster cold "
-        "(docs/platforms.md)"
+        "PoCL ranks before Intel's CPU runtime: in 3 paired `pyrnn-cl bench --quick` runs "
+        "(AMD EPYC, 2 cores, AVX2) PoCL's geometric-mean speed relative to PyTorch was higher "
+        "in every run, forward (0.77-0.82 against 0.67-0.76) and forward+backward (0.89-0.90 "
+        "against 0.66-0.88); Intel's runtime was faster on the LSTM 512/16 forward (10-15 %) "
+        "and builds kernels 2.5x faster cold (docs/platforms.md)"
     )
 
     @staticmethod
