@@ -192,6 +192,14 @@ def test_switched_off(fake, monkeypatch):
     assert result.state == "off" and "OCL_ICD_VENDORS" not in os.environ
 
 
+def test_other_systems_are_left_alone(fake, monkeypatch):
+    fake()
+    monkeypatch.setattr(runtimes.sys, "platform", "win32")
+    result, warned = _register_quietly()
+    assert result.state == "off" and "win32" in result.detail and not warned
+    assert "OCL_ICD_VENDORS" not in os.environ
+
+
 def test_inherited_registration_is_recognised(fake, monkeypatch):
     files = fake()
     first, _ = _register_quietly()

@@ -327,6 +327,9 @@ def _warn(message: str) -> None:
 def _register() -> Registration:
     if not _env.find_runtimes():
         return Registration("off", "PYRNN_CL_FIND_RUNTIMES is off")
+    if not sys.platform.startswith("linux"):
+        # (Windows' wheel ships intelocl64.dll, found through the registry, not ICD files)
+        return Registration("off", f"ICD files and libintelocl.so are Linux's ({sys.platform})")
     runtime = find_intel_runtime()
     if runtime is None:
         return Registration("not-installed")
