@@ -185,6 +185,30 @@ def test_user_configured_loader_is_left_alone(fake, monkeypatch, tmp_path, name)
         assert "OCL_ICD_VENDORS" not in os.environ
 
 
+@pytest.mark.parametrize("as_file", [False, True])
+def test_user_loader_pointing_at_a_wrong_icd_path_warns(fake, monkeypatch, tmp_path, as_file):
+    """OCL_ICD_VENDORS at the wheel's own vendors directory (its ICD names conda's
+    placeholder): left as set, with one warning naming the ICD file, the missing path and where
+    the library is."""
+    files = fake()
+    wheel = tmp_path / "prefix" / "etc" / "OpenCL" / "vendors"
+    wheel.mkdir(parents=True)
+    (wheel / "intel-cpu.icd").write_text(PLACEHOLDER + "\n")
+    given = wheel / "intel-cpu.icd" if as_file else wheel
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(given))
+    result, warned = _register_quietly()
+    assert result.state == "user-configured" and os.environ["OCL_ICD_VENDORS"] == str(given)
+    assert len(warned) == 1
+    message = str(warned[0].message)
+    assert str(wheel / "intel-cpu.icd") in message and PLACEHOLDER in message
+    assert str(files[(runtimes.INTEL_DIST, "libintelocl.so")]) in message
+    # once a working ICD sits beside it, nothing to say
+    (wheel / "fixed.icd").write_text(f"{files[(runtimes.INTEL_DIST, 'libintelocl.so')]}\n")
+    if not as_file:
+        result, warned = _register_quietly()
+        assert result.state == "user-configured" and not warned
+
+
 def test_switched_off(fake, monkeypatch):
     fake()
     monkeypatch.setenv("PYRNN_CL_FIND_RUNTIMES", "0")

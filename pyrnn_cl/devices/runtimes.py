@@ -15,7 +15,8 @@ pyopencl's wheels bundle ocl-icd 2.3.1, which reads ``/etc/OpenCL/vendors`` (or
   user site, a ``--system-site-packages`` parent);
 * ``PYRNN_CL_FIND_RUNTIMES`` is not set to a false word;
 * the user configured no ICD loader search (``OCL_ICD_VENDORS``, ``OCL_ICD_FILENAMES``,
-  ``OPENCL_VENDOR_PATH``): their choice stands;
+  ``OPENCL_VENDOR_PATH``): their choice stands (with a warning when the ICD files it points at
+  name a missing Intel library, e.g. the wheel's own placeholder);
 * no ICD file the loader reads by itself already names an existing ``libintelocl.so`` (a
   system install, conda's rewritten ICD): that one is used as it is.
 
@@ -200,6 +201,22 @@ def registered_intel_icd(dirs=None) -> Path | None:
     return None
 
 
+def broken_intel_icds(dirs) -> list[tuple[Path, str]]:
+    """``(icd file, library)`` for every ICD file in ``dirs`` (directories, or ``.icd`` files)
+    naming an Intel CPU runtime library by an absolute path that does not exist (the wheel's
+    own ``intel-cpu.icd`` with conda's placeholder, a moved install)."""
+    found = []
+    for entry in dirs:
+        entry = Path(entry)
+        files = [entry] if entry.suffix == ".icd" and entry.is_file() else _icd_files(entry)
+        for icd in files:
+            target = _icd_target(icd)
+            if (target and "intelocl" in os.path.basename(target) and "emu" not in target
+                    and os.path.isabs(target) and not os.path.exists(target)):
+                found.append((icd, target))
+    return found
+
+
 def write_vendors_dir(library: Path, base_dirs=None, root: Path | None = None) -> Path:
     """A vendors directory holding the ICD files of ``base_dirs`` (default: the loader's own,
     less pyopencl's ``.libs`` which it reads in any case) plus one naming ``library``; named
@@ -340,6 +357,18 @@ def _register() -> Registration:
         return Registration("registered", f"{vendors} (inherited)", runtime)
     if configured:
         names = ", ".join(f"{k}={v}" for k, v in configured.items())
+        # the user's loader settings stand; but an ICD they point at that names a missing
+        # library (the wheel's own intel-cpu.icd, say) would hide the device without a word
+        given = [configured[k] for k in ("OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH")
+                 if k in configured]
+        broken = broken_intel_icds(given)
+        if broken and registered_intel_icd(given) is None:
+            icd, target = broken[0]
+            _warn(f"{icd} (read through {names}) names {target}, which does not exist; the "
+                  f"library is at {runtime.library}. Unset the variable to let pyrnn_cl "
+                  "register it, or write that path into the ICD file")
+            return Registration("user-configured", f"left as set: {names}; {icd} is broken",
+                                runtime)
         return Registration("user-configured", f"left as set: {names}", runtime)
     icd = registered_intel_icd()
     if icd is not None:
