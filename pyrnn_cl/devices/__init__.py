@@ -19,6 +19,9 @@ A spec that matches several devices gives the best-ranked one. The default devic
 ``PYRNN_CL_DEVICE``, else ``PYOPENCL_CTX`` (pyopencl's own parsing), else the best by ranking:
 NVIDIA or AMD GPU, Apple GPU, Intel GPU, other GPU, CPU runtimes (PoCL, then Intel's), anything
 else; Oclgrind and Apple's CPU device only when asked for by name.
+
+Intel's CPU runtime installed from PyPI (``pip install "pyrnn_cl[intel]"``) is registered with
+the ICD loader right before the first platform enumeration (:mod:`.runtimes`).
 """
 
 from __future__ import annotations
