@@ -183,6 +183,22 @@ def _cpu_model() -> str:
     return platform.processor() or "?"
 
 
+def cpu_isa() -> str:
+    """The widest SIMD extensions the CPU reports (``/proc/cpuinfo`` flags), e.g.
+    ``"avx512f avx2 fma"`` or ``"asimd"``; ``"?"`` where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    wanted = ("avx512f", "avx512_bf16", "avx2", "fma", "avx", "sse4_2", "asimd",
+                              "sve")
+                    return " ".join(w for w in wanted if w in flags) or "?"
+    except OSError:
+        pass
+    return "?"
+
+
 def sgemm_gflops(size: int = 1024, repeat: int = 5) -> dict:
     """NumPy float32 ``size^3`` matmul rate: ``{"median": GFLOP/s, "max": GFLOP/s}``."""
     rng = np.random.default_rng(0)
@@ -641,8 +657,9 @@ def intel_runtime_report() -> dict:
 def _machine(device, threads: int, torch_version) -> dict:
     from .devices.info import parse_version
 
+    from .tuning import FAMILIES
+
     info = device.info
-    tuning = device.tuning("recurrence")
     pocl = parse_version(info.platform_version, "PoCL")
     llvm = parse_version(info.platform_version, "LLVM")
     return {
@@ -654,8 +671,11 @@ def _machine(device, threads: int, torch_version) -> dict:
         "llvm_version": ".".join(map(str, llvm)) if llvm else None,
         "compute_units": info.compute_units,
         "cpu": _cpu_model(),
+        "isa": cpu_isa(),
         "threads": threads,
-        "recurrence_tuning": dict(tuning),
+        # per kernel family: the values used and where they came from (pyrnn_cl.tuning)
+        "tuning": {f: {"values": device.tuning(f), "source": device.tuning_source(f)}
+                   for f in FAMILIES},
         "pocl_threads_env": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
         "pocl_affinity_env": os.environ.get("POCL_AFFINITY"),
         "intel_cpu_runtime": intel_runtime_report(),
@@ -822,10 +842,12 @@ def format_table(result: dict) -> str:
     s = result["numpy_sgemm_1024_gflops"]
     lines = [
         f"pyrnn_cl bench - {m['date']} - device: {m['device']} ({m['platform_version']})",
-        f"CPU: {m['cpu']}; threads: {m['threads']} (PoCL compute units {m['compute_units']}, "
+        f"CPU: {m['cpu']} ({m.get('isa', '?')}); threads: {m['threads']} (compute units "
+        f"{m['compute_units']}, "
         f"POCL_MAX_PTHREAD_COUNT={m['pocl_threads_env'] or 'unset'}, "
         f"POCL_AFFINITY={m.get('pocl_affinity_env') or 'unset'}); numpy {m['numpy']}, "
-        f"torch {m['torch'] or 'not installed'}; recurrence tuning {m['recurrence_tuning']}",
+        f"torch {m['torch'] or 'not installed'}",
+        "Tuning: " + "; ".join(f"{f} {t['source']}" for f, t in m["tuning"].items()),
         f"NumPy SGEMM 1024^3 ({m['threads']} threads): {s['median']:.1f} GFLOP/s median, "
         f"{s['max']:.1f} best",
         f"FLOPs: {result['flop_convention']}.",
