@@ -96,6 +96,19 @@ def sub_array(device, a, offset, shape):
     return cla.Array(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
 
 
+def fill(a: cla.Array, value) -> cla.Array:
+    """Set every element of ``a`` to ``value`` with ``clEnqueueFillBuffer``: no kernel to build.
+    pyopencl's ``Array.fill`` compiles an element-wise kernel, and some compilers (Intel's CPU
+    runtime) print a non-empty build log for it, which pyopencl turns into a warning on stderr.
+    A non-contiguous view falls back to ``Array.fill``."""
+    if a.size and a.flags.forc:
+        pattern = np.full(1, value, dtype=a.dtype)
+        a.add_event(cl.enqueue_fill_buffer(a.queue, a.base_data, pattern, a.offset, a.nbytes))
+    elif a.size:
+        a.fill(value)
+    return a
+
+
 def read_only_zeros(device, dtype, n) -> cla.Array:
     """A shared device array of at least ``n`` zeros of ``dtype`` (at least one element), for
     inputs a kernel only reads: absent optional buffers, zero initial states seen through a

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl.array as cla
 
-from ._arrays import check_memory, empty, read_only_zeros, temporary
+from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
 from .cells import CellSpec
 from .gemm import gemm, sum_rows
 from .programs import enqueue, get_program, set_args
@@ -499,7 +499,7 @@ class Recurrence:
         if self.flags["HAS_PEEP"]:
             res["dpeep"] = empty(q, (D * GH,), dt)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
-            inputs.dx.fill(0)     # both directions add to every step, in different chunks
+            fill(inputs.dx, 0)    # both directions add to every step, in different chunks
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
         # program per cell configuration instead of one per subset of given gradients (each
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.

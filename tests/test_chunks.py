@@ -129,6 +129,47 @@ def test_block_lstm_chunked(device, chunked, monkeypatch, seq_len_max):
     assert any(steps < t for steps, t, full in seen if not full), seen
 
 
+def test_chunked_bidirectional_dx_is_zeroed_without_a_pyopencl_kernel(device, monkeypatch):
+    """Both directions add into dx chunk by chunk, so it starts at zero; that fill must not
+    build pyopencl's element-wise kernel (Intel's compiler prints a build log for it, which
+    pyopencl turns into a warning on stderr): every backward here passes with
+    ``Array.fill`` made to fail, and still equals the reference."""
+    import pyopencl.array as cla
+
+    def no_kernel_fill(self, *args, **kwargs):
+        raise AssertionError("pyopencl's Array.fill (an element-wise kernel build) was called")
+
+    needs_fp64(device)
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=3 * 5)
+    monkeypatch.setattr(cla.Array, "fill", no_kernel_fill)
+    seen = _chunks_used(monkeypatch)
+    shape = S.Shape("chunks", T=T, N=5, I=3, H=11)
+    desc = TM.desc_of("lstm", **{**TM.default_flags("lstm"), "bidirectional": True})
+    inputs = S.layer_inputs("lstm", shape, bidirectional=True, seed=37,
+                            present=("input_weight", "bias", "init_state"))
+    TM.check_against_reference(device, "lstm", desc, inputs)
+    assert any(steps < t for steps, t, full in seen if not full), seen
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fill_sets_exactly_the_view(device, dtype):
+    """``_arrays.fill`` (clEnqueueFillBuffer) writes the value over a view at an offset and
+    nothing beside it."""
+    import pyopencl.array as cla
+
+    from pyrnn_cl import _arrays
+
+    if dtype == np.float64:
+        needs_fp64(device)
+    base = cla.to_device(device.queue, np.arange(23, dtype=dtype))
+    _arrays.fill(base[5:16], np.nan)
+    _arrays.fill(base[17:19], 0)
+    want = np.arange(23, dtype=dtype)
+    want[5:16] = np.nan
+    want[17:19] = 0
+    np.testing.assert_array_equal(base.get(), want)
+
+
 def test_chunk_size_follows_rows(device, monkeypatch):
     """``chunk_steps``: about REC_BWD_ROWS rows per chunk, at least one step, at most T;
     every step with ``full``."""

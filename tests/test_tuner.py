@@ -12,7 +12,7 @@ import pytest
 
 import pyrnn_cl.bench as bench_module
 from pyrnn_cl import gemm as gemm_module
-from pyrnn_cl import tuner, tuning
+from pyrnn_cl import _arrays, tuner, tuning
 from pyrnn_cl.bench import BenchConfig
 from pyrnn_cl.errors import BuildError, TuningWarning
 
@@ -39,7 +39,7 @@ def _plant(monkeypatch, device, planted, fault):
         if device.tuning("gemm")["GEMM_TM"] == planted:
             if fault == "build":
                 raise BuildError("planted build failure")
-            c.fill(0)
+            _arrays.fill(c, 0)
             return None
         time.sleep(0.002)
         return real(dev, dtype, m, n, k, a, b, c, **kw)
