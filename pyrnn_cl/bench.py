@@ -265,7 +265,8 @@ def _mps_layer_arrays(cfg: BenchConfig, weights, layer: int):
 class _Ours:
     """Device arrays and the two timed callables (forward, forward+backward) for our ops."""
 
-    def __init__(self, cfg: BenchConfig, weights, x, dy, device, use_cudnn: bool):
+    def __init__(self, cfg: BenchConfig, weights, x, dy, device, use_cudnn: bool,
+                 host_inputs: bool = False):
         import pyopencl.array as cla
 
         import pyrnn_cl as rc
@@ -273,8 +274,11 @@ class _Ours:
         self.rc, self.cfg, self.device = rc, cfg, device
         q = device.queue
         self.queue = q
-        self.x = cla.to_device(q, x)
-        self.dy = cla.to_device(q, dy)
+        # host_inputs: NumPy arrays in and out, as a user's first call passes them (every
+        # transfer is then inside the timed call); else arrays already on the device
+        self.to_device = (lambda a: a) if host_inputs else (lambda a: cla.to_device(q, a))
+        self.x = self.to_device(x)
+        self.dy = self.to_device(dy)
         self.dialect = "mps"
         self.note = ""
         if use_cudnn:
@@ -286,7 +290,7 @@ class _Ours:
             self.layers = []
             for layer in range(cfg.layers):
                 R, W, b, b2 = _mps_layer_arrays(cfg, weights, layer)
-                dev = {k: (None if v is None else cla.to_device(q, v))
+                dev = {k: (None if v is None else self.to_device(v))
                        for k, v in dict(R=R, W=W, b=b, b2=b2).items()}
                 self.layers.append(dev)
 
@@ -352,9 +356,7 @@ class _Ours:
                     direction="bidirectional" if cfg.directions == 2 else "unidirectional")
 
     def _init_cudnn(self, weights):
-        import pyopencl.array as cla
-
-        rc, cfg, q = self.rc, self.cfg, self.queue
+        rc, cfg = self.rc, self.cfg
         G, H = cfg.G, cfg.H
         ws, bs = [], []
         for w_ih, w_hh, b_ih, b_hh in weights:        # canonical: W_0..W_{G-1}, R_0..R_{G-1}
@@ -364,10 +366,11 @@ class _Ours:
             bs += [b_hh[g * H:(g + 1) * H] for g in range(G)]
         kw = self._cudnn_kwargs()
         params = rc.cudnn_rnn_canonical_to_params(cfg.layers, H, cfg.I, ws, bs, **kw)
-        self.params = cla.to_device(q, np.ascontiguousarray(np.asarray(params, np.float32)))
+        self.params = self.to_device(np.ascontiguousarray(np.asarray(params, np.float32)))
         LD = cfg.layers * cfg.directions
-        self.h0 = cla.zeros(q, (LD, cfg.N, H), np.float32)
-        self.c0 = cla.zeros(q, (LD, cfg.N, H), np.float32) if cfg.cell == "lstm" else None
+        self.h0 = self.to_device(np.zeros((LD, cfg.N, H), np.float32))
+        self.c0 = (self.to_device(np.zeros((LD, cfg.N, H), np.float32)) if cfg.cell == "lstm"
+                   else None)
 
     def _cudnn_forward(self, training):
         return self.rc.cudnn_rnn(self.x, self.h0, self.c0, self.params, is_training=training,
@@ -387,7 +390,7 @@ class _Ours:
             y = self._cudnn_forward(False)[0]
         else:
             y = self._mps_forward(False)[0]
-        return y.get(queue=self.queue)
+        return y if isinstance(y, np.ndarray) else y.get(queue=self.queue)
 
     def run_forward(self):
         if self.dialect == "cudnn":
@@ -688,7 +691,7 @@ def _machine(device, threads: int, torch_version) -> dict:
 def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
               threads: int | None = None, compare_torch: bool = True, check: bool = True,
               progress: bool = False, use_cudnn: bool | None = None, block: int = 3,
-              torch_device: str = "cpu") -> dict:
+              torch_device: str = "cpu", host_inputs: bool = False) -> dict:
     """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
     all) on ``device`` and return the results as a JSON-ready dict.
 
@@ -700,6 +703,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     cuDNN dialect for multi-layer configurations when ``pyrnn_cl`` has it. ``block``: timed
     calls per turn (:func:`_timed_blocks`; 0: single calls round-robin). ``torch_device``:
     where PyTorch runs (``"cuda"``: cuDNN on an NVIDIA GPU, for the GPU tier).
+    ``host_inputs``: our ops get NumPy arrays (inputs, weights, states), as in a user's first
+    call, so every host-device transfer is timed; default: arrays already on the device.
     """
     import pyrnn_cl as rc
     from .devices import resolve_device
@@ -735,6 +740,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         "warmup": warmup,
         "block": block,
         "torch_device": torch_device,
+        "host_inputs": bool(host_inputs),
         "configs": [],
     }
     bar = _Progress(len(cfgs), progress)
@@ -743,7 +749,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
             bar.start(cfg.name)
             result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
                                                 check, sgemm["median"], have_cudnn, use_cudnn,
-                                                block, torch_device))
+                                                block, torch_device, host_inputs))
             bar.step()
     finally:
         bar.close()
@@ -752,7 +758,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
 
 
 def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
-               use_cudnn, block=3, torch_device="cpu") -> dict:
+               use_cudnn, block=3, torch_device="cpu", host_inputs=False) -> dict:
     rng = np.random.default_rng(1)
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -768,13 +774,13 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         ours = None
         if want_cudnn:
             try:
-                ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=True)
+                ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=True, host_inputs=host_inputs)
                 ours.run_fwd_bwd()
             except Exception as exc:  # noqa: BLE001 - fall back, and say so
                 entry["note"] = f"cuDNN dialect failed ({type(exc).__name__}: {exc}); "
                 ours = None
         if ours is None:
-            ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=False)
+            ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=False, host_inputs=host_inputs)
         if cfg.layers > 1 and ours.dialect != "cudnn":
             entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
         entry["dialect"] = ours.dialect
@@ -852,7 +858,9 @@ def format_table(result: dict) -> str:
         f"{s['max']:.1f} best",
         f"FLOPs: {result['flop_convention']}.",
         f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
-        f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}.",
+        f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}; our inputs "
+        + ("NumPy arrays (transfers timed)." if result.get("host_inputs")
+           else "arrays on the device."),
         "",
         "| config | cell | H | I | N | T | L x D | fwd ms med (min) | fwd us/step | fwd GFLOP/s "
         "(rec-only) | % sgemm fwd | torch fwd ms med | ratio fwd med (min) | fwd+bwd ms med "
@@ -968,6 +976,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave PoCL's worker threads unpinned (default: POCL_AFFINITY=1, one "
                         "worker per CPU, when the process may run on CPUs 0..N-1 and "
                         "POCL_AFFINITY is not set already)")
+    p.add_argument("--host-inputs", action="store_true",
+                   help="pass our ops NumPy arrays (a user's first call: transfers timed) "
+                        "instead of arrays already on the device")
     p.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -1010,7 +1021,8 @@ def main(argv: list[str] | None = None) -> int:
               "for", file=sys.stderr)
     result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
                        compare_torch=not args.no_torch, progress=not args.no_progress,
-                       block=args.block, torch_device=args.torch_device)
+                       block=args.block, torch_device=args.torch_device,
+                       host_inputs=args.host_inputs)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -36,6 +36,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 FORMAT = 1  # version of the entry file format
+
+_log = logging.getLogger(__name__)
 
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
@@ -262,10 +265,15 @@ def kernel_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def entry_key(info) -> dict[str, str]:
-    """What identifies a device's entry: platform, device and driver."""
+def entry_key(info) -> dict:
+    """What identifies a device's entry: platform, device and driver, and the compute units
+    and native float vector width it reports. The last two tell machines apart that share a
+    name: Intel's CPU runtime names the device by the CPU's brand ("AMD EPYC") on an AVX2 and
+    an AVX-512 CPU alike (native width 8 or 16), and on 2 or 64 cores."""
     return {"platform": info.platform_name, "platform_version": info.platform_version,
-            "device": info.name, "driver_version": info.driver_version}
+            "device": info.name, "driver_version": info.driver_version,
+            "compute_units": int(info.compute_units),
+            "native_vector_width_float": int(info.native_vector_width_float)}
 
 
 def _file_name(info) -> str:
@@ -319,8 +327,8 @@ def _check_entry(data, info, path) -> dict:
     if data.get("device") != entry_key(info):
         raise ValueError(f"it belongs to another device or driver ({data.get('device')!r})")
     if data.get("kernel_version") != kernel_version():
-        raise ValueError(f"tuned for other kernels (version {data.get('kernel_version')!r}, "
-                         f"these are {kernel_version()!r})")
+        raise _Stale(f"tuned for other kernels (version {data.get('kernel_version')!r}, "
+                     f"these are {kernel_version()!r})")
     families = data.get("families")
     if not isinstance(families, dict):
         raise ValueError("no 'families' object")
@@ -328,9 +336,15 @@ def _check_entry(data, info, path) -> dict:
             for family, values in families.items()}
 
 
-def load_entry(path: Path, info) -> dict | None:
+class _Stale(ValueError):
+    """An entry tuned for other kernel sources."""
+
+
+def load_entry(path: Path, info, warn_stale: bool = True) -> dict | None:
     """The checked families of the entry at ``path`` for ``info``; ``None`` when there is no
-    file, and (after one warning) when it is unreadable, corrupt, foreign or stale."""
+    file, and (after one warning) when it is unreadable, corrupt, foreign or stale. With
+    ``warn_stale=False`` (the shipped database) a stale entry is skipped with a DEBUG log
+    line only: the user did nothing wrong and cannot fix it."""
     try:
         stat = path.stat()
     except OSError:
@@ -342,6 +356,12 @@ def load_entry(path: Path, info) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         families = _check_entry(data, info, path)
+    except _Stale as exc:
+        if warn_stale:
+            _warn_once(path, str(exc))
+        else:
+            _log.debug("shipped tuning entry %s skipped: %s", path, exc)
+        families = None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         _warn_once(path, str(exc) or type(exc).__name__)
         families = None
@@ -405,7 +425,7 @@ def _tuned(info) -> list[tuple[str, dict]]:
     """``[(label, families)]`` of the tuned entries that apply to ``info``, user first."""
     found = []
     for label, path in (("tuned", entry_path(info)), ("shipped", shipped_path(info))):
-        families = load_entry(path, info)
+        families = load_entry(path, info, warn_stale=label == "tuned")
         if families:
             found.append((f"{label} ({path})", families))
     return found

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 
+import numpy as np
 import pytest
 
 from pyrnn_cl import bench
@@ -129,10 +130,37 @@ def test_run_bench_structure(device):
     json.dumps(result)     # JSON-ready
 
 
+def test_run_bench_host_inputs(device, monkeypatch):
+    """``host_inputs``: our ops get NumPy arrays (never a device array), in both dialects, and
+    still compute the network PyTorch computes."""
+    import pyopencl.array as cla
+
+    seen = []
+    real = bench._Ours._mps_forward_layer
+
+    def spy(self, src, p, training):
+        seen.append((type(src), {type(v) for v in p.values() if v is not None}))
+        return real(self, src, p, training)
+
+    monkeypatch.setattr(bench._Ours, "_mps_forward_layer", spy)
+    result = bench.run_bench([TINY[0], TINY[3]], device=device, repeat=1, warmup=0, threads=1,
+                             host_inputs=True)
+    assert result["host_inputs"] is True and result["summary"]["errors"] == 0
+    assert seen and all(t is np.ndarray and kinds == {np.ndarray} for t, kinds in seen), seen
+    assert [e["dialect"] for e in result["configs"]] == ["mps", "cudnn"]
+    for entry in result["configs"]:
+        if HAS_TORCH:
+            assert entry["max_abs_diff_vs_torch"] < 1e-4, entry["config"]["name"]
+    assert "NumPy arrays (transfers timed)" in bench.format_table(result)
+    assert not any(isinstance(v, cla.Array) for v in vars(bench._Ours(
+        TINY[3], bench._make_weights(TINY[3]), np.zeros((3, 2, 4), np.float32),
+        np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, host_inputs=True)).values())
+
+
 def test_main_list_and_bad_arguments(capsys):
     assert bench.main(["--list"]) == 0
     assert "tiny-latency" in capsys.readouterr().out
-    assert bench.main(["--list", "--no-pin"]) == 0
+    assert bench.main(["--list", "--no-pin", "--host-inputs"]) == 0
     with pytest.raises(SystemExit) as exc:
         bench.main(["--configs", "nope"])
     assert exc.value.code == 2

@@ -275,19 +275,57 @@ def test_entry_key_holds_platform_device_driver_and_kernels(db):
     entry = tuning.make_entry(AVX2_CPU, {})
     assert entry["device"] == {"platform": AVX2_CPU.platform_name,
                                "platform_version": AVX2_CPU.platform_version,
-                               "device": AVX2_CPU.name, "driver_version": "1.0"}
+                               "device": AVX2_CPU.name, "driver_version": "1.0",
+                               "compute_units": AVX2_CPU.compute_units,
+                               "native_vector_width_float": 8}
     assert entry["kernel_version"] == tuning.kernel_version()
-    newer_driver = dataclasses.replace(AVX2_CPU, driver_version="2.0")
-    assert tuning.entry_path(newer_driver) != tuning.entry_path(AVX2_CPU)
+    for other in (dataclasses.replace(AVX2_CPU, driver_version="2.0"),
+                  # Intel's CPU runtime names AVX2 and AVX-512 machines alike, by CPU brand
+                  dataclasses.replace(AVX2_CPU, native_vector_width_float=16),
+                  dataclasses.replace(AVX2_CPU, compute_units=64)):
+        assert tuning.entry_path(other) != tuning.entry_path(AVX2_CPU)
+        tuning.save_entry(AVX2_CPU, {"gemm": {"GEMM_TM": 8}}, path=tuning.entry_path(other))
+        with pytest.warns(TuningWarning, match="another device"):
+            assert tuning.load_entry(tuning.entry_path(other), other) is None
 
 
 def test_shipped_database_entries_are_valid():
-    """Every entry shipped in the package parses and holds valid values for its device."""
+    """Every entry shipped in the package parses, is stored under the name its device key
+    gives, holds valid values, and was tuned for these kernels: an entry for older kernel
+    sources is dead weight (skipped without a word on its device), so a kernel change re-tunes
+    or removes it in the same commit."""
     for path in sorted(tuning.shipped_dir().glob("*.json")):
         data = json.loads(path.read_text())
         assert data["format"] == tuning.FORMAT, path
+        info = DeviceInfo(platform_name=data["device"]["platform"],
+                          platform_version=data["device"]["platform_version"],
+                          name=data["device"]["device"],
+                          driver_version=data["device"]["driver_version"],
+                          compute_units=data["device"]["compute_units"],
+                          native_vector_width_float=data["device"]["native_vector_width_float"])
+        assert tuning.shipped_path(info) == path, "rename it to " + tuning.shipped_path(info).name
         for family, values in data["families"].items():
             tuning.valid_values(family, values)
+        assert data["kernel_version"] == tuning.kernel_version(), (
+            f"{path.name} was tuned for kernel version {data['kernel_version']}, the kernels "
+            f"are now {tuning.kernel_version()}: re-tune on that device (docs/tuning.md) or "
+            "delete the file")
+
+
+def test_stale_shipped_entry_is_skipped_quietly_stale_user_entry_warns(db):
+    """A shipped entry for older kernels is skipped without a warning (the user can do nothing
+    about it); the user's own stale entry warns once and names `pyrnn-cl tune`."""
+    info = dataclasses.replace(AVX2_CPU, driver_version="stale-test")
+    for path in (tuning.shipped_path(info), tuning.entry_path(info)):
+        tuning.save_entry(info, {"gemm": {"GEMM_TM": 8}}, path=path)
+        data = json.loads(path.read_text())
+        data["kernel_version"] = "0" * 16
+        path.write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuning.load_entry(tuning.shipped_path(info), info, warn_stale=False) is None
+    with pytest.warns(TuningWarning, match="other kernels.*pyrnn-cl tune"):
+        assert tuning.is_tuned(info) == ""
 
 # }}}
 
