@@ -7,7 +7,8 @@ GRU and vanilla-ReLU layers, one 2-layer bidirectional LSTM, one GNMT layer). Fo
   ``*_gradients``) for single layers; the 2-layer bidirectional network goes through the cuDNN
   dialect (``rc.cudnn_rnn`` + ``rc.cudnn_rnn_backprop``) when the package has it, else two
   stacked MPSGraph layers. Every input is a ``pyopencl.array.Array`` already on the device, so
-  host transfers are not timed; a repetition is one op call (or forward + gradients call)
+  host transfers are not timed (``--host-inputs``: NumPy arrays in and out, as a user's first
+  call passes them, transfers timed); a repetition is one op call (or forward + gradients call)
   followed by ``queue.finish()``, i.e. everything the caller waits for: argument checks, weight
   packing, allocations, every kernel.
 * **torch**: the same network (same weights) as ``torch.nn.LSTM/GRU/RNN`` on the CPU with
@@ -138,8 +139,7 @@ QUICK = ("tiny-latency", "db-mt-512x16", "gru-512x16")
 FLOP_CONVENTION = ("per layer and direction: forward = 2*G*H*N*T*(I_l+H) (input GEMM included), "
                    "fwd+bwd = 3x forward, recurrent-only = 2*G*H^2*N*T; G = 4 LSTM, 3 GRU, "
                    "1 vanilla")
-TIMING_NOTE = ("inputs are pyopencl.array.Array on the device (host transfers not timed); one "
-               "repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
+TIMING_NOTE = ("one repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
                "turns (two untimed calls, then a block of timed calls back to back); ratio = "
                "torch time / our time from the medians (>1: pyrnn_cl faster)")
 
@@ -858,9 +858,9 @@ def format_table(result: dict) -> str:
         f"{s['max']:.1f} best",
         f"FLOPs: {result['flop_convention']}.",
         f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
-        f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}; our inputs "
-        + ("NumPy arrays (transfers timed)." if result.get("host_inputs")
-           else "arrays on the device."),
+        f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}; our inputs: "
+        + ("NumPy arrays (host transfers timed)." if result.get("host_inputs")
+           else "pyopencl.array.Array on the device (host transfers not timed)."),
         "",
         "| config | cell | H | I | N | T | L x D | fwd ms med (min) | fwd us/step | fwd GFLOP/s "
         "(rec-only) | % sgemm fwd | torch fwd ms med | ratio fwd med (min) | fwd+bwd ms med "

@@ -43,8 +43,9 @@ __all__ = ["tune", "autotune", "main", "DEFAULT_CONFIGS", "DEFAULT_BUDGET", "AUT
 
 DEFAULT_BUDGET = 300.0
 AUTOTUNE_BUDGET = 60.0
-#: the benchmark configurations tuned on by default: latency-bound, small-batch LSTM, GRU
-DEFAULT_CONFIGS = ("tiny-latency", "db-mt-512x16", "gru-512x16")
+#: the benchmark configurations tuned on by default: latency-bound (R within REC_SEQ_BYTES),
+#: a mid-size LSTM (R of 1 MiB: where the whole-sequence limits decide), small-batch LSTM, GRU
+DEFAULT_CONFIGS = ("tiny-latency", "db-charlm", "db-mt-512x16", "gru-512x16")
 AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
 #: share of the budget per family (what one family leaves unused goes to the next)
@@ -252,6 +253,26 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
     return sorted(v for v in values if param.low <= v <= param.high)
 
 
+def _tied(candidate: dict, name: str, best: dict) -> dict:
+    """``candidate`` (``best`` with ``name`` changed) with the parameters that only act
+    together with ``name`` moved along, so that one coordinate step can reach what needs both:
+
+    * ``GEMM_VW``: ``GEMM_TN`` keeps the tile's vector count;
+    * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES`` gate the same whole-sequence rule
+      (``engine._whole_sequence_fits``: R up to the first while groups x R stays within the
+      second), so raising one alone changes nothing while the other blocks: raising the size
+      limit raises the stream limit to 8x it at least, and raising the stream limit raises the
+      size limit to 1/8 of it at least (8x: the PoCL profile's measured pair, 4 and 32 MiB).
+    """
+    if name == "GEMM_VW":
+        candidate["GEMM_TN"] = candidate["GEMM_VW"] * max(1, best["GEMM_TN"] // best["GEMM_VW"])
+    elif name == "REC_SEQ_MAX_BYTES" and candidate[name] > best[name]:
+        candidate["REC_SEQ_STREAM_BYTES"] = max(best["REC_SEQ_STREAM_BYTES"], 8 * candidate[name])
+    elif name == "REC_SEQ_STREAM_BYTES" and candidate[name] > best[name]:
+        candidate["REC_SEQ_MAX_BYTES"] = max(best["REC_SEQ_MAX_BYTES"], candidate[name] // 8)
+    return candidate
+
+
 def _valid(family, values) -> bool:
     try:
         tuning.valid_values(family, values)
@@ -373,10 +394,7 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
             for value in choices(device, family, name, result.best):
                 if value == result.best[name] or time.monotonic() + cost >= deadline:
                     continue
-                candidate = dict(result.best, **{name: value})
-                if name == "GEMM_VW":          # keep the tile's vector count
-                    candidate["GEMM_TN"] = value * max(1, result.best["GEMM_TN"]
-                                                       // result.best["GEMM_VW"])
+                candidate = _tied(dict(result.best, **{name: value}), name, result.best)
                 key = tuple(sorted(candidate.items()))
                 if key in seen or not _valid(family, candidate):
                     continue

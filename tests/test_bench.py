@@ -151,7 +151,7 @@ def test_run_bench_host_inputs(device, monkeypatch):
     for entry in result["configs"]:
         if HAS_TORCH:
             assert entry["max_abs_diff_vs_torch"] < 1e-4, entry["config"]["name"]
-    assert "NumPy arrays (transfers timed)" in bench.format_table(result)
+    assert "NumPy arrays (host transfers timed)" in bench.format_table(result)
     assert not any(isinstance(v, cla.Array) for v in vars(bench._Ours(
         TINY[3], bench._make_weights(TINY[3]), np.zeros((3, 2, 4), np.float32),
         np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, host_inputs=True)).values())

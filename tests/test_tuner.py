@@ -103,6 +103,41 @@ def test_recurrence_candidates_are_checked_against_float64(device, db, monkeypat
             bad[0].check()
 
 
+def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
+    """A layer that only gets faster with whole-sequence kernels needs REC_SEQ_MAX_BYTES and
+    REC_SEQ_STREAM_BYTES raised together (neither does anything alone): from limits that keep
+    it off, the search still finds a setting that turns it on."""
+    from pyrnn_cl.engine import _whole_sequence_fits
+
+    cus = device.info.compute_units
+    r_bytes = 1 << 20                       # above REC_SEQ_BYTES, a work-group per core
+    start = dict(device.tuning("recurrence"), REC_SEQ_BYTES=1 << 18, REC_SEQ_MAX_BYTES=1 << 17,
+                 REC_SEQ_STREAM_BYTES=1 << 20)
+    assert not _whole_sequence_fits(start, cus, r_bytes, cus)
+
+    def run():
+        fits = _whole_sequence_fits(device.tuning("recurrence"), cus, r_bytes, cus)
+        time.sleep(0.001 if fits else 0.004)
+
+    work = [tuner.Workload("fake layer", run, lambda: None)]
+    result = tuner.tune_family(device, "recurrence", work, budget=30, repeat=1, start=start,
+                               names=["REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES"])
+    assert _whole_sequence_fits(result.best, cus, r_bytes, cus), result.best
+    assert result.speedup > 1.5
+
+
+def test_tied_moves():
+    best = {"GEMM_VW": 8, "GEMM_TN": 32, "REC_SEQ_MAX_BYTES": 1 << 17,
+            "REC_SEQ_STREAM_BYTES": 1 << 20}
+    assert tuner._tied(dict(best, GEMM_VW=16), "GEMM_VW", best)["GEMM_TN"] == 64
+    up = tuner._tied(dict(best, REC_SEQ_MAX_BYTES=1 << 22), "REC_SEQ_MAX_BYTES", best)
+    assert up["REC_SEQ_STREAM_BYTES"] == 1 << 25
+    up = tuner._tied(dict(best, REC_SEQ_STREAM_BYTES=1 << 26), "REC_SEQ_STREAM_BYTES", best)
+    assert up["REC_SEQ_MAX_BYTES"] == 1 << 23
+    down = tuner._tied(dict(best, REC_SEQ_MAX_BYTES=0), "REC_SEQ_MAX_BYTES", best)
+    assert down["REC_SEQ_STREAM_BYTES"] == 1 << 20          # lowering moves nothing else
+
+
 def test_choices_respect_the_device(device):
     current = device.tuning("gemm")
     derived = tuning.derive(device.info, device.profile)
