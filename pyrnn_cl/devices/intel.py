@@ -50,8 +50,9 @@ class IntelProfile(VendorProfile):
         "PoCL ranks before Intel's CPU runtime: in 3 paired `pyrnn-cl bench --quick` runs "
         "(AMD EPYC, 2 cores, AVX2) PoCL's geometric-mean speed relative to PyTorch was higher "
         "in every run, forward (0.77-0.82 against 0.67-0.76) and forward+backward (0.89-0.90 "
-        "against 0.66-0.88); Intel's runtime was faster on the LSTM 512/16 forward (10-15 %) "
-        "and builds kernels 2.5x faster cold (docs/platforms.md)"
+        "against 0.66-0.88), and on an AMD EPYC with AVX-512 over the whole CPU tier (1.04 / "
+        "1.34 against 0.89 / 1.26); Intel's runtime was faster on the LSTM 512/16 forward "
+        "(10-15 %, AVX2) and builds kernels 2.5x faster cold (docs/platforms.md)"
     )
 
     @staticmethod
