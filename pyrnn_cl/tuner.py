@@ -44,8 +44,10 @@ __all__ = ["tune", "autotune", "main", "DEFAULT_CONFIGS", "DEFAULT_BUDGET", "AUT
 DEFAULT_BUDGET = 300.0
 AUTOTUNE_BUDGET = 60.0
 #: the benchmark configurations tuned on by default: latency-bound (R within REC_SEQ_BYTES),
-#: a mid-size LSTM (R of 1 MiB: where the whole-sequence limits decide), small-batch LSTM, GRU
-DEFAULT_CONFIGS = ("tiny-latency", "db-charlm", "db-mt-512x16", "gru-512x16")
+#: a mid-size LSTM (R of 1 MiB: where the whole-sequence limits decide), small-batch LSTM, GRU,
+#: and a large LSTM (H = 1024), so that a value that helps small layers and hurts large ones is
+#: not adopted (an entry holds one value per device for every shape)
+DEFAULT_CONFIGS = ("tiny-latency", "db-charlm", "db-mt-512x16", "gru-512x16", "db-mt-1024x32")
 AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
 #: share of the budget per family (what one family leaves unused goes to the next)
