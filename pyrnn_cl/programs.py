@@ -552,6 +552,16 @@ def set_args(kernel, *args, dtypes=None):
     kernel.set_args(*args)
 
 
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``; on Python < 3.11, which has no ``add_note``, the note goes to
+    ``__notes__`` as 3.11 would keep it (tracebacks there do not print it, but the original
+    exception still propagates instead of an ``AttributeError``)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+
+
 def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
     """Launch ``kernel`` (arguments already set) and count the launch.
 
@@ -581,8 +591,8 @@ def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
             kernel_name = kernel.function_name
         except Exception:  # noqa: BLE001
             kernel_name = "?"
-        exc.add_note(f"pyrnn_cl: launching kernel {kernel_name} with global size "
-                     f"{global_size}, local size {local_size}")
+        _add_note(exc, f"pyrnn_cl: launching kernel {kernel_name} with global size "
+                       f"{global_size}, local size {local_size}")
         raise
     with _launch_lock:
         _launches += 1

@@ -120,6 +120,32 @@ def test_enqueue_counts_launches(device):
     with pytest.raises(ValueError, match="rank"):
         enqueue(device.queue, kernel, (8, 8), 4)
 
+
+def test_a_failed_launch_raises_the_opencl_error_with_a_note(device):
+    """A launch the driver refuses raises its ``cl.Error`` carrying a note that names the
+    kernel and sizes, on every Python: 3.9/3.10 have no ``BaseException.add_note`` (it used to
+    turn the OpenCL error into an AttributeError there), so that case is forced too."""
+    import pyopencl as cl
+
+    from pyrnn_cl import programs
+
+    program = get_program(device, "selfcheck.cl", {"PYRNN_DTYPE": 1})
+    run_axpy(device, program, n=10)                   # the kernel's arguments are set
+    kernel = program.kernel("pyrnn_axpy")
+    too_big = 2 * max(device.info.max_work_group_size, 1)
+    with pytest.raises(cl.Error) as caught:
+        enqueue(device.queue, kernel, too_big, too_big)
+    assert any("launching kernel pyrnn_axpy" in n for n in caught.value.__notes__)
+
+    class OldError(Exception):          # an exception without add_note, as on Python < 3.11
+        add_note = property(lambda self: (_ for _ in ()).throw(AttributeError("add_note")))
+
+    old = OldError("driver said no")
+    assert not hasattr(old, "add_note")
+    programs._add_note(old, "first")
+    programs._add_note(old, "second")
+    assert old.__notes__ == ["first", "second"]
+
 # }}}
 
 # {{{ cache keys
