@@ -96,6 +96,21 @@ def sub_array(device, a, offset, shape):
     return cla.Array(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
 
 
+def check_in_order(device) -> None:
+    """``ValueError`` naming the property when ``device``'s queue executes out of order.
+
+    Every op enqueues dependent commands back to back (kernel arguments set once, step after
+    step, pooled temporaries reused by the next command) and relies on the queue running them
+    in order; on an out-of-order queue they would race and give wrong answers silently (seen on
+    PoCL and on Intel's CPU runtime), so such a queue is refused before anything is enqueued."""
+    props = device.queue.properties
+    if props & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+        raise ValueError(
+            "device: the command queue was created with OUT_OF_ORDER_EXEC_MODE_ENABLE; pyrnn_cl's "
+            "ops enqueue dependent kernels back to back and need an in-order queue: pass "
+            "pyopencl.CommandQueue(context, device) without that property (profiling is fine)")
+
+
 def fill(a: cla.Array, value) -> cla.Array:
     """Set every element of ``a`` to ``value`` with ``clEnqueueFillBuffer``: no kernel to build.
     pyopencl's ``Array.fill`` compiles an element-wise kernel, and some compilers (Intel's CPU
@@ -273,6 +288,7 @@ class Call:
         if device is None and isinstance(first, cla.Array):
             device = first.queue
         self.device = resolve_device(device)
+        check_in_order(self.device)
         self.dtype = self.device.check_dtype(dtype)
         self.queue = self.device.queue
         # device arrays are checked here, before any argument is copied or any kernel runs

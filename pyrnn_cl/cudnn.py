@@ -41,8 +41,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import engine
-from ._arrays import (Call, check_bool, check_choice, check_float, check_int, check_rank,
-                      check_shape, common_dtype, is_array, sub_array)
+from ._arrays import (Call, check_bool, check_choice, check_float, check_in_order, check_int,
+                      check_rank, check_shape, common_dtype, is_array, sub_array)
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -207,6 +207,7 @@ def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float
     p = check_float("dropout", dropout, 0.0, 1.0)
     layer = check_int("layer", layer, 0, 2 ** 32 - 1)
     dev = resolve_device(device)
+    check_in_order(dev)
     dt = dev.check_dtype(dtype)
     if T * N * W == 0:
         return np.zeros((T, N, W), dt)

@@ -20,6 +20,7 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
+from pyrnn_cl.cudnn import cudnn_dropout_mask
 from pyrnn_cl.programs import launch_count
 from reference import mps_ref as M
 
@@ -289,6 +290,37 @@ def test_device_arrays_contiguity_and_context(device):
     other = cl.CommandQueue(other_context)
     d["init_state"] = cla.to_device(other, a["init_state"])
     expect(ValueError, rc.single_gate_rnn, **d, names=["init_state", "context"], got=False)
+
+
+def test_out_of_order_queue_is_refused_and_in_order_ones_work(device):
+    """The ops enqueue dependent kernels back to back and need in-order execution: a queue
+    made with OUT_OF_ORDER_EXEC_MODE_ENABLE (given as ``device=`` or as the queue of the
+    arrays) is refused with a ValueError naming the property before anything runs, in every
+    dialect; an in-order queue of the user's, with profiling on, gives the default queue's
+    answer."""
+    import pyopencl as cl
+
+    props = cl.command_queue_properties
+    if not device.cl_device.queue_properties & props.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+        pytest.skip("the device has no out-of-order queues")
+    ooo = cl.CommandQueue(device.context, device.cl_device,
+                          properties=props.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    names = ["device", "OUT_OF_ORDER_EXEC_MODE_ENABLE", "in-order"]
+    a = mps_args()
+    expect(ValueError, rc.lstm, **a, device=ooo, names=names, got=False)
+    expect(ValueError, rc.lstm, **{k: cla.to_device(ooo, v) for k, v in a.items()},
+           names=names, got=False)
+    expect(ValueError, rc.gru_block_cell, **tf_gru_args(), device=ooo, names=names, got=False)
+    expect(ValueError, block_lstm, **tf_lstm_args(), device=ooo, names=names, got=False)
+    c, kw = cudnn_args()
+    expect(ValueError, rc.cudnn_rnn, **c, **kw, device=ooo, names=names, got=False)
+    expect(ValueError, cudnn_dropout_mask, (T, N, H), 0, 0.5, seed=1, device=ooo,
+           names=names, got=False)
+
+    profiling = cl.CommandQueue(device.context, device.cl_device,
+                                properties=props.PROFILING_ENABLE)
+    np.testing.assert_array_equal(rc.lstm(**a, device=profiling)[0],
+                                  rc.lstm(**a, device=device)[0])
 
 
 # ---- values, modes and descriptor fields ---------------------------------------------------
