@@ -15,6 +15,8 @@ import argparse
 import importlib
 import sys
 
+from .errors import ConfigurationError
+
 __all__ = ["main", "devices_table"]
 
 # Subcommands implemented in other modules: name -> (module, one-line help).
@@ -157,12 +159,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _DELEGATED:
-        # Everything after the command, --help included, belongs to the delegated module.
-        return _cmd_delegated(argv[0], argv[1:])
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "devices":
-        return _cmd_devices(args)
+    try:
+        if argv and argv[0] in _DELEGATED:
+            # Everything after the command, --help included, belongs to the delegated module.
+            return _cmd_delegated(argv[0], argv[1:])
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.command == "devices":
+            return _cmd_devices(args)
+    except ConfigurationError as exc:      # a bad environment variable: say which, no traceback
+        print(f"pyrnn-cl: {exc}", file=sys.stderr)
+        return 2
     parser.print_help()
     return 2

@@ -10,6 +10,11 @@ class UnsupportedError(NotImplementedError):
     """A valid request that the chosen device cannot do (e.g. float64 without ``cl_khr_fp64``)."""
 
 
+class ConfigurationError(ValueError):
+    """An environment variable of pyrnn_cl holds a value it cannot use; the message names the
+    variable, the value and what is accepted."""
+
+
 class DeviceNotFoundError(RuntimeError):
     """No OpenCL device matches the request; the message lists what was found and the fix."""
 

@@ -29,7 +29,7 @@ from pyrnn_cl.devices import (
     unregister_profile,
 )
 from pyrnn_cl.devices.info import parse_version
-from pyrnn_cl.errors import DeviceNotFoundError, UnsupportedError
+from pyrnn_cl.errors import ConfigurationError, DeviceNotFoundError, UnsupportedError
 
 FP64 = ("cl_khr_fp64",)
 
@@ -235,7 +235,7 @@ def test_register_profile_and_forced_profile(monkeypatch):
     monkeypatch.setenv("PYRNN_CL_PROFILE", "PoCL")
     assert profile_for(NVIDIA_GPU).name == "pocl"
     monkeypatch.setenv("PYRNN_CL_PROFILE", "nonsense")
-    with pytest.raises(ValueError, match="nonsense"):
+    with pytest.raises(ConfigurationError, match="PYRNN_CL_PROFILE='nonsense'.*one of"):
         profile_for(NVIDIA_GPU)
     with pytest.raises(TypeError):
         register_profile(object())
@@ -460,6 +460,33 @@ def test_env_defaults_and_overrides(monkeypatch, tmp_path):
     assert _env.device_spec() is None
     monkeypatch.setenv("PYRNN_CL_PROFILE", "NVIDIA")
     assert _env.forced_profile() == "nvidia"
+
+
+def test_profile_word_in_a_spec_names_the_implementation_under_a_forced_profile(
+        fake_platforms, monkeypatch):
+    """PYRNN_CL_PROFILE forces the tuning profile, not what a device is: with it set to
+    "generic", the spec "pocl" still finds PoCL's device (it raised DeviceNotFoundError
+    although `pyrnn-cl devices` listed the device as "(generic, cpu)"), and "generic" finds
+    every device."""
+    fake_platforms([POCL_DEBIAN, NVIDIA_GPU])
+    monkeypatch.setenv("PYRNN_CL_PROFILE", "generic")
+    assert select_devices("pocl") == [POCL_DEBIAN]
+    assert select_devices("nvidia") == [NVIDIA_GPU]
+    assert set(select_devices("generic")) == {POCL_DEBIAN, NVIDIA_GPU}
+    monkeypatch.setenv("PYRNN_CL_DEVICE", "pocl")
+    assert get_device().info.name == POCL_DEBIAN.name
+    assert get_device().profile.name == "generic"
+
+
+def test_cli_reports_a_bad_profile_variable_without_a_traceback(fake_platforms, monkeypatch,
+                                                               capsys):
+    from pyrnn_cl import cli
+
+    fake_platforms([POCL_DEBIAN])
+    monkeypatch.setenv("PYRNN_CL_PROFILE", "nonsense")
+    assert cli.main(["devices"]) == 2
+    err = capsys.readouterr().err
+    assert "PYRNN_CL_PROFILE='nonsense'" in err and "Traceback" not in err
 
 
 def test_cli_devices_table(fake_platforms, capsys):

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 from .. import _env
-from ..errors import DeviceNotFoundError, UnsupportedError
+from ..errors import ConfigurationError, DeviceNotFoundError, UnsupportedError
 from .amd import AmdProfile
 from .apple import AppleProfile
 from .base import VendorProfile
@@ -56,6 +56,7 @@ __all__ = [
     "clear_cache",
     "profiles",
     "profile_for",
+    "detected_profile",
     "rank_key",
     "INSTALL_HINT",
 ]
@@ -110,16 +111,24 @@ def profiles() -> list[VendorProfile]:
 
 
 def profile_for(info: DeviceInfo) -> VendorProfile:
-    """The profile of ``info``: ``PYRNN_CL_PROFILE`` if set, else the first that matches."""
+    """The profile of ``info``: ``PYRNN_CL_PROFILE`` if set, else the first that matches.
+    A name that is no profile raises :class:`~pyrnn_cl.errors.ConfigurationError`."""
     forced = _env.forced_profile()
-    registered = profiles()
     if forced:
+        registered = profiles()
         for profile in registered:
             if profile.name == forced:
                 return profile
         names = ", ".join(p.name for p in registered)
-        raise ValueError(f"PYRNN_CL_PROFILE={forced!r} is not a profile name (one of: {names})")
-    for profile in registered:
+        raise ConfigurationError(f"PYRNN_CL_PROFILE={forced!r} is not a profile name (one of: "
+                                 f"{names}); unset it to let each device's runtime choose")
+    return detected_profile(info)
+
+
+def detected_profile(info: DeviceInfo) -> VendorProfile:
+    """The first registered profile that matches ``info``, whatever ``PYRNN_CL_PROFILE``
+    says: the implementation a device belongs to (what a profile word in a device spec names)."""
+    for profile in profiles():
         if profile.matches(info):
             return profile
     raise AssertionError("the generic profile matches every device")  # pragma: no cover
@@ -234,8 +243,11 @@ def select_devices(spec: str, infos=None) -> list[DeviceInfo]:
         return [i for i in _ranked(infos) if i.platform_index == int(spec)]
     word = spec.lower()
     if word in {p.name for p in profiles()}:
-        # Exclusive: "amd" means the AMD profile, never a CPU whose name says "AMD EPYC".
-        return _ranked([i for i in infos if profile_for(i).name == word])
+        # Exclusive: "amd" means the AMD profile, never a CPU whose name says "AMD EPYC". The
+        # word names the implementation (the detected profile) or the profile in use, so
+        # PYRNN_CL_PROFILE=generic with the spec "pocl" still finds PoCL's devices.
+        return _ranked([i for i in infos
+                        if word in (profile_for(i).name, detected_profile(i).name)])
     if word in _TYPE_WORDS:
         return _ranked([i for i in infos if i.type == word])
     return _ranked([
