@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -313,6 +314,41 @@ def test_malformed_calls_raise_documented_errors(device, data):
     out = FZ.check_call(case)
     assert out.status == "ok", f"{case.describe()} -> {out.status}: {out.exc_type}: " \
                                f"{out.message}"
+
+
+def test_every_base_call_is_valid(device, monkeypatch):
+    """The unmutated call of every op's builder succeeds (two seeds each, and for
+    cudnn_rnn_backprop one with dropout between stacked layers, whose reserve_space holds the
+    dropped inputs too): otherwise a mutation could be refused for the wrong reason."""
+    from pyrnn_cl.devices import set_default_device
+
+    def layered_dropout(case):
+        layers = case.args["input_h"].value.shape[0]
+        return case.kwargs["dropout"] > 0 and layers > (
+            2 if case.kwargs.get("direction") == "bidirectional" else 1)
+
+    cases = [FZ.OPS[op](np.random.default_rng([seed, 0]), np.float32)
+             for op in sorted(FZ.OPS) for seed in (0, 1)]
+    cases.append(next(c for c in (FZ.OPS["cudnn_rnn_backprop"](np.random.default_rng([seed, 0]),
+                                                                np.float32)
+                                  for seed in range(200)) if layered_dropout(c)))
+    set_default_device(device)
+    try:
+        for case in cases:
+            case.call()
+    finally:
+        set_default_device(None)
+
+    real = FZ.OPS["lstm"]
+
+    def broken(rng, dtype):             # a builder whose valid call is not valid
+        case = real(rng, dtype)
+        case.args["source"].value = case.args["source"].value[:, :, :1]
+        return case
+
+    monkeypatch.setitem(FZ.OPS, "lstm", broken)
+    with pytest.raises(FZ.InvalidBaseCall, match="base call of lstm"):
+        FZ.make_call(0, 0, "lstm", "rank", check_base=True, dtype=np.float32)
 
 
 def test_every_op_and_mutation_kind_is_fuzzed():

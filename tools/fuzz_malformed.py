@@ -427,7 +427,7 @@ def _cudnn_op(rng, dtype, backprop):
                                  required=False) if rng.integers(0, 2) else None
     a["output_c_backprop"] = Arg(_arr(rng, (L * D, N, H), dtype), axes=(0, 1, 2),
                                  required=False) if lstm and rng.integers(0, 2) else None
-    a["reserve_space"] = Arg(_arr(rng, (lay.reserve_size(T, N),), dtype), axes=(0,))
+    a["reserve_space"] = Arg(_arr(rng, (lay.reserve_size(T, N, drop),), dtype), axes=(0,))
     a["host_reserved"] = Arg(host, axes=(0,), integer=True)
     order += ["output", "output_h", "output_c", "output_backprop", "output_h_backprop",
               "output_c_backprop", "reserve_space", "host_reserved"]
@@ -739,10 +739,17 @@ class NotApplicable(LookupError):
     arrays)."""
 
 
+class InvalidBaseCall(RuntimeError):
+    """A valid base call, before any mutation, failed: a bug of the fuzzer's builders (a
+    mutation of it could be refused for the wrong reason)."""
+
+
 def make_call(seed: int, index: int, op: str | None = None, mutation: str | None = None,
-              dtype=None, attempts: int = 100) -> Case:
+              dtype=None, attempts: int = 100, check_base: bool = False) -> Case:
     """The malformed call number ``index`` of the run ``seed`` (deterministic): float32, or
-    float64 for one call in three when the default device has fp64 and ``dtype`` is None."""
+    float64 for one call in three when the default device has fp64 and ``dtype`` is None.
+    ``check_base``: first run the unmutated call, and raise :class:`InvalidBaseCall` if it
+    fails."""
     rng = np.random.default_rng([int(seed), int(index)])
     if dtype is None:
         dtype = np.float64 if rng.integers(0, 3) == 0 and _fp64() else np.float32
@@ -753,6 +760,12 @@ def make_call(seed: int, index: int, op: str | None = None, mutation: str | None
         name = op or ops[int(rng.integers(0, len(ops)))]
         kind = mutation or kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
         case = OPS[name](rng, dtype)
+        if check_base:
+            try:
+                case.call()
+            except Exception as exc:  # noqa: BLE001 - any failure of a valid call is the bug
+                raise InvalidBaseCall(f"the valid base call of {name} failed: "
+                                      f"{type(exc).__name__}: {exc}") from exc
         done = MUTATIONS[kind](case, rng)
         if done is not None:
             case.mutation, (case.target, case.detail) = kind, done
@@ -808,7 +821,7 @@ def run_inline(seed, start, stop, out=sys.stdout, inject=None):
                 time.sleep(3600)
             import ctypes
             ctypes.string_at(0)       # a real segmentation fault
-        case = make_call(seed, index)
+        case = make_call(seed, index, check_base=True)
         res = check_call(case)
         out.write(json.dumps({"i": index, "op": case.op, "mutation": case.mutation,
                               "target": case.target, "status": res.status,
