@@ -317,7 +317,7 @@ def test_malformed_calls_raise_documented_errors(device, data):
 
 
 def test_every_base_call_is_valid(device, monkeypatch):
-    """The unmutated call of every op's builder succeeds (two seeds each, and for
+    """The unmutated call of every op's builder succeeds (one seed each, and for
     cudnn_rnn_backprop one with dropout between stacked layers, whose reserve_space holds the
     dropped inputs too): otherwise a mutation could be refused for the wrong reason."""
     from pyrnn_cl.devices import set_default_device
@@ -328,7 +328,7 @@ def test_every_base_call_is_valid(device, monkeypatch):
             2 if case.kwargs.get("direction") == "bidirectional" else 1)
 
     cases = [FZ.OPS[op](np.random.default_rng([seed, 0]), np.float32)
-             for op in sorted(FZ.OPS) for seed in (0, 1)]
+             for op in sorted(FZ.OPS) for seed in (0,)]     # (each seed costs cold builds)
     cases.append(next(c for c in (FZ.OPS["cudnn_rnn_backprop"](np.random.default_rng([seed, 0]),
                                                                 np.float32)
                                   for seed in range(200)) if layered_dropout(c)))
