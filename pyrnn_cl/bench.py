@@ -172,31 +172,32 @@ def _openblas_set_threads(n: int) -> bool:
     return done
 
 
-def _cpu_model() -> str:
+def _cpuinfo_value(*keys: str) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line starting with one of ``keys``, or
+    ``None`` (no such line, or no /proc)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(keys):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "?"
+    return None
 
 
-def cpu_isa() -> str:
-    """The widest SIMD extensions the CPU reports (``/proc/cpuinfo`` flags), e.g.
-    ``"avx512f avx2 fma"`` or ``"asimd"``; ``"?"`` where unknown."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    wanted = ("avx512f", "avx512_bf16", "avx2", "fma", "avx", "sse4_2", "asimd",
-                              "sve")
-                    return " ".join(w for w in wanted if w in flags) or "?"
-    except OSError:
-        pass
-    return "?"
+def _cpu_model() -> str:
+    return _cpuinfo_value("model name") or platform.processor() or "?"
+
+
+#: SIMD extensions the bench names, widest first (x86-64, then Arm)
+_ISA_FLAGS = ("avx512f", "avx512_bf16", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
+
+
+def _cpu_isa() -> str:
+    """The SIMD extensions of :data:`_ISA_FLAGS` the CPU reports (``/proc/cpuinfo`` flags),
+    e.g. ``"avx512f avx2 fma"`` or ``"asimd"``; ``"?"`` where unknown."""
+    flags = set((_cpuinfo_value("flags", "Features") or "").split())
+    return " ".join(f for f in _ISA_FLAGS if f in flags) or "?"
 
 
 def sgemm_gflops(size: int = 1024, repeat: int = 5) -> dict:
@@ -674,7 +675,7 @@ def _machine(device, threads: int, torch_version) -> dict:
         "llvm_version": ".".join(map(str, llvm)) if llvm else None,
         "compute_units": info.compute_units,
         "cpu": _cpu_model(),
-        "isa": cpu_isa(),
+        "isa": _cpu_isa(),
         "threads": threads,
         # per kernel family: the values used and where they came from (pyrnn_cl.tuning)
         "tuning": {f: {"values": device.tuning(f), "source": device.tuning_source(f)}

@@ -318,6 +318,10 @@ def _warn_once(path: Path, why: str) -> None:
                   "(re-run `pyrnn-cl tune` to replace it)", TuningWarning, stacklevel=4)
 
 
+class _Stale(ValueError):
+    """An entry tuned for other kernel sources."""
+
+
 def _check_entry(data, info, path) -> dict:
     """The families of a parsed entry, or ``ValueError`` saying why it does not apply."""
     if not isinstance(data, dict):
@@ -334,10 +338,6 @@ def _check_entry(data, info, path) -> dict:
         raise ValueError("no 'families' object")
     return {family: valid_values(family, values if isinstance(values, dict) else {"?": values})
             for family, values in families.items()}
-
-
-class _Stale(ValueError):
-    """An entry tuned for other kernel sources."""
 
 
 def load_entry(path: Path, info, warn_stale: bool = True) -> dict | None:
