@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Install pyrnn_cl and an OpenCL runtime into the active Python environment (a virtualenv if one
-# is active, else the interpreter named by $PYTHON, default python3). Safe to re-run.
+# Install pyrnn_cl and an OpenCL runtime into a Python environment, chosen by ci/python-env.sh:
+# $PYTHON, else the active virtualenv or conda environment, else the project's virtualenv .venv
+# (PYRNN_CL_VENV) when it exists, else python3. Where that interpreter is externally managed
+# (PEP 668: Debian's and Ubuntu's own Python) and no environment is active, it creates .venv
+# (installing python3-venv with apt when needed) and installs there; ci/in-env and
+# ci/run-tests.sh then find it with nothing activated. Safe to re-run.
 #
 # 1. OpenCL runtime. With apt-get and root (or password-less sudo): Debian's PoCL CPU runtime,
 #    the ICD loader, clinfo and Oclgrind (`pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind`);
@@ -13,8 +17,9 @@
 # 3. Lists the OpenCL devices; fails if there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/python-env.sh
+. ci/python-env.sh
 
-PYTHON=${PYTHON:-python3}
 EXTRAS=${PYRNN_CL_EXTRAS:-test,torch,examples}
 INTEL=${PYRNN_CL_INTEL:-auto}
 APT_PACKAGES="pocl-opencl-icd ocl-icd-opencl-dev clinfo oclgrind"
@@ -24,29 +29,35 @@ say() { printf '\n==> %s\n' "$*"; }
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-# -- 1. OpenCL runtime ---------------------------------------------------------------------------
-if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; then
-  missing=""
-  for pkg in $APT_PACKAGES; do installed "$pkg" || missing="$missing $pkg"; done
+# apt_install PKG...: apt-get install the packages that are missing, as root or with
+# password-less sudo. Status 1 (and a note) when that is not possible or apt-get fails.
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1 || return 1
+  local missing="" pkg sudo=""
+  for pkg in "$@"; do installed "$pkg" || missing="$missing $pkg"; done
   if [ -z "$missing" ]; then
-    say "apt: $APT_PACKAGES already installed"
-  else
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-      if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; fi
-    fi
-    if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
-      say "apt-get install$missing"
-      # shellcheck disable=SC2086
-      if ! { $sudo apt-get update -qq &&
-             DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing; }; then
-        echo "warning: apt-get failed; continuing with what is installed" >&2
-      fi
-    else
-      echo "note: not root and no password-less sudo: skipping apt-get ($missing)" >&2
-    fi
+    say "apt: $* already installed"
+    return 0
   fi
-fi
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; fi
+  fi
+  if [ "$(id -u)" -ne 0 ] && [ -z "$sudo" ]; then
+    echo "note: not root and no password-less sudo: skipping apt-get ($missing)" >&2
+    return 1
+  fi
+  say "apt-get install$missing"
+  # shellcheck disable=SC2086
+  if ! { $sudo apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing; }; then
+    echo "warning: apt-get failed; continuing with what is installed" >&2
+    return 1
+  fi
+}
+
+# -- 1. OpenCL runtime ---------------------------------------------------------------------------
+# shellcheck disable=SC2086
+apt_install $APT_PACKAGES || true
 if command -v dpkg-query >/dev/null 2>&1 && installed pocl-opencl-icd; then
   say "OpenCL runtime: Debian's PoCL (pocl-opencl-icd)"
 else
@@ -55,6 +66,24 @@ else
 fi
 
 # -- 2. Python packages --------------------------------------------------------------------------
+if python_externally_managed; then
+  # PEP 668: pip may not install into this Python. A project virtualenv instead; Debian ships
+  # venv's ensurepip separately (python3-venv, or python3.X-venv for that interpreter).
+  say "$PYTHON is externally managed (PEP 668): creating the virtualenv $PYRNN_CL_VENV"
+  if ! "$PYTHON" -m venv "$PYRNN_CL_VENV" >/dev/null 2>&1; then
+    rm -rf "$PYRNN_CL_VENV"
+    pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    apt_install python3-venv "python$pyver-venv" || true
+    if ! "$PYTHON" -m venv "$PYRNN_CL_VENV"; then
+      echo "install.sh: could not create a virtualenv with $PYTHON (install python3-venv," \
+           "or activate a virtualenv of your own and re-run)" >&2
+      exit 1
+    fi
+  fi
+  PYTHON=$(cd "$PYRNN_CL_VENV/bin" && pwd)/python
+  PYRNN_CL_ENV_BIN=$(dirname "$PYTHON")
+fi
+say "Python: $PYTHON ($("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))"
 say "$PYTHON -m pip install -e .[$EXTRAS]"
 "$PYTHON" -m pip install -q -e ".[$EXTRAS]"
 case "$INTEL" in
@@ -82,9 +111,9 @@ if ! "$PYTHON" -m tox --version >/dev/null 2>&1; then
 fi
 # pyenv finds new console scripts only after a rehash (`python -m pip` does not trigger one).
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
-if ! command -v pyrnn-cl >/dev/null 2>&1; then
-  echo "note: pyrnn-cl is not on PATH (pip's script directory is missing from it);" \
-       "\`$PYTHON -m pyrnn_cl\` does the same" >&2
+if [ -n "$PYRNN_CL_ENV_BIN" ] && [ "$(command -v pyrnn-cl || true)" != "$PYRNN_CL_ENV_BIN/pyrnn-cl" ]; then
+  echo "note: $PYRNN_CL_ENV_BIN is not first on PATH: run the tools through ci/in-env" \
+       "(\`ci/in-env pyrnn-cl selftest\`), or \`. $PYRNN_CL_ENV_BIN/activate\` for a virtualenv" >&2
 fi
 
 # -- 3. What is there ----------------------------------------------------------------------------

@@ -4,11 +4,13 @@
 # 15 minutes on 2 cores; kernel builds dominate a cold run and one build uses one core). Fails on
 # any test failure and, with PYRNN_CL_REQUIRE_DEVICE=1 (the default here), when no kernel ran on
 # a device. Arguments replace the default `tests -m "not slow" -n auto` (`bash ci/run-tests.sh
-# tests` runs everything, in one process). Uses the active Python ($PYTHON, default python3),
-# where ci/install.sh installed the package.
+# tests` runs everything, in one process). Uses the Python environment ci/install.sh installed
+# into (ci/python-env.sh: $PYTHON, the active virtualenv or conda environment, the project's
+# .venv, else python3), with nothing to activate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+# shellcheck source=ci/python-env.sh
+. ci/python-env.sh
 export PYRNN_CL_REQUIRE_DEVICE=${PYRNN_CL_REQUIRE_DEVICE:-1}
 
 "$PYTHON" -m pyrnn_cl devices || true
