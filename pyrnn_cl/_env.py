@@ -43,6 +43,10 @@ Variables (unset or empty means the default):
     The ICD loaders' own search settings (read, never changed, when the user set them): with
     any of them set, pyrnn_cl registers no runtime. When it registers Intel's CPU runtime it
     sets ``OCL_ICD_VENDORS`` itself (:func:`set_icd_vendors`).
+``POCL_KERNEL_CACHE``
+    PoCL's switch for its own build cache (read, never changed): unless it is ``0``, PoCL
+    caches builds itself and pyrnn_cl keeps no binaries of PoCL programs
+    (``PoclProfile.keeps_build_cache``).
 ``CL_CONFIG_CPU_TBB_NUM_WORKERS`` and ``DPCPP_CPU_*``
     Intel's CPU runtime's worker count and placement; read for ``pyrnn-cl bench``'s report, and
     the worker count set by pyrnn_cl only when unset and a cgroup CPU quota is smaller than the
@@ -115,6 +119,11 @@ def cache_dir() -> Path:
 def cache_enabled() -> bool:
     """False when ``PYRNN_CL_NO_CACHE`` is set to a true value."""
     return not _flag("PYRNN_CL_NO_CACHE")
+
+
+def pocl_kernel_cache() -> bool:
+    """``POCL_KERNEL_CACHE`` (PoCL's own variable): PoCL caches builds on disk unless it is 0."""
+    return (_get("POCL_KERNEL_CACHE") or "1").strip() != "0"
 
 
 def compiler_output() -> bool:

@@ -16,7 +16,9 @@ directory and moved into place with ``os.replace``, so readers never see half a 
 concurrent writers of one key simply race to the same content. Any unreadable entry, or one the
 driver refuses (``CL_INVALID_BINARY`` after a driver/OS update, pitfalls C5), gives a
 :class:`CacheWarning` and a rebuild from source; an unwritable cache directory gives one warning
-and the process goes on with the in-memory memo only.
+and the process goes on with the in-memory memo only. Implementations that cache builds
+themselves (PoCL: ``VendorProfile.keeps_build_cache``) get no entries: fetching their binaries
+costs a compile of every kernel, and a rebuild from source hits their own cache.
 
 pyopencl's own ``Program.build`` is bypassed: its binary cache would compile twice on PoCL
 (inducer/pyopencl#731, pitfalls C15), it adds its include path and ``PYOPENCL_BUILD_OPTIONS``
@@ -414,7 +416,7 @@ def _build(device, name, defines, options, source) -> Program:
     """Load from the disk cache or build from source; raises :class:`BuildError`."""
     key = cache_key(source, options, device.info)
     context, cl_device = device.context, device.cl_device
-    use_disk = _env.cache_enabled()
+    use_disk = _env.cache_enabled() and not device.profile.keeps_build_cache()
     if _env.dump_source():
         _dump_source(key, source)
 

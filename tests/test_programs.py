@@ -205,9 +205,19 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.fixture
+def binary_cache(device, monkeypatch):
+    """pyrnn_cl's binary cache in use on ``device``, also where the implementation caches builds
+    itself (PoCL), for the tests of that cache."""
+    monkeypatch.setattr(device.profile, "keeps_build_cache", lambda: False)
+    return device
+
+
 def test_fresh_process_hits_disk_cache(device, cache_dir):
     env = dict(os.environ, PYRNN_CL_DEVICE=device.info.index,
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    if device.profile.keeps_build_cache():
+        env["POCL_KERNEL_CACHE"] = "0"  # PoCL's cache off: pyrnn_cl's binary cache is used
     runs = []
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
@@ -225,6 +235,33 @@ def test_fresh_process_hits_disk_cache(device, cache_dir):
              first["total_seconds"], second["total_seconds"])
 
 
+def test_implementation_with_its_own_build_cache_gets_no_entries(device, cache_dir,
+                                                                  monkeypatch):
+    """Fetching a program's binary from an implementation that caches builds itself (PoCL)
+    compiles every kernel of it: pyrnn_cl never asks, and writes nothing."""
+    def no_binaries(raw, cl_device):
+        raise AssertionError("the binary of a program was fetched")
+
+    monkeypatch.setattr(device.profile, "keeps_build_cache", lambda: True)
+    monkeypatch.setattr(programs, "_binary_of", no_binaries)
+    program = _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 3})
+    assert not program.from_disk_cache
+    assert not (cache_dir / "programs").exists()
+    out, expected = run_axpy(device, program)
+    assert_close(out, expected)
+
+
+def test_pocl_keeps_its_own_build_cache_unless_switched_off(monkeypatch):
+    from pyrnn_cl.devices.pocl import PoclProfile
+
+    monkeypatch.delenv("POCL_KERNEL_CACHE", raising=False)
+    assert PoclProfile().keeps_build_cache()
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+    assert not PoclProfile().keeps_build_cache()
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "1")
+    assert PoclProfile().keeps_build_cache()
+
+
 def _fresh(device, defines):
     """A program that is not memoized, so the disk cache is consulted."""
     programs.clear_memo()
@@ -232,7 +269,8 @@ def _fresh(device, defines):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad_header", "refused_binary"])
-def test_bad_cache_entry_warns_and_rebuilds(device, damage):
+def test_bad_cache_entry_warns_and_rebuilds(binary_cache, damage):
+    device = binary_cache
     defines = {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 7}
     first = _fresh(device, defines)
     path = programs.entry_path(first.cache_key)
@@ -256,7 +294,8 @@ def test_bad_cache_entry_warns_and_rebuilds(device, damage):
     assert _fresh(device, defines).from_disk_cache
 
 
-def test_unwritable_cache_dir_warns_once(device, tmp_path, monkeypatch):
+def test_unwritable_cache_dir_warns_once(binary_cache, tmp_path, monkeypatch):
+    device = binary_cache
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     # A path below a regular file cannot be created, even by root.
@@ -273,7 +312,8 @@ def test_unwritable_cache_dir_warns_once(device, tmp_path, monkeypatch):
         assert_close(out, expected)
 
 
-def test_no_cache_and_dump_source(device, cache_dir, monkeypatch):
+def test_no_cache_and_dump_source(binary_cache, cache_dir, monkeypatch):
+    device = binary_cache
     monkeypatch.setenv("PYRNN_CL_NO_CACHE", "1")
     monkeypatch.setenv("PYRNN_CL_DUMP_SOURCE", "1")
     program = _fresh(device, {"PYRNN_DTYPE": 1})

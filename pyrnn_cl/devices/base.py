@@ -98,6 +98,12 @@ class VendorProfile:
             return ["-cl-std=CL1.2"]
         return []
 
+    def keeps_build_cache(self) -> bool:
+        """True when the implementation caches program builds on disk itself, so that
+        pyrnn_cl's binary cache (``programs.py``) would only add the cost of fetching binaries;
+        read at each build (the implementation's own switch may be an environment variable)."""
+        return False
+
     def filter_log(self, log: str) -> str:
         """``log`` without the lines matching :attr:`BENIGN_LOG_LINES` (and blank lines)."""
         patterns = [re.compile(p) for p in self.BENIGN_LOG_LINES]
