@@ -20,6 +20,9 @@ Variables (unset or empty means the default):
     Directory of the on-disk kernel binary cache (default: the user cache directory, below).
 ``PYRNN_CL_NO_CACHE``
     ``1`` disables the disk cache (the in-memory memo stays).
+``PYRNN_CL_QUIET``
+    ``1``: no notice on stderr when compiling kernels on first use takes more than about 2 s
+    (``pyrnn_cl: compiling OpenCL kernels for <device> (first use; cached in <dir>)``).
 ``PYRNN_CL_COMPILER_OUTPUT``
     ``1`` turns non-empty build logs into ``CompilerWarning`` (they are always logged at DEBUG).
 ``PYRNN_CL_DUMP_SOURCE``
@@ -43,10 +46,10 @@ Variables (unset or empty means the default):
     The ICD loaders' own search settings (read, never changed, when the user set them): with
     any of them set, pyrnn_cl registers no runtime. When it registers Intel's CPU runtime it
     sets ``OCL_ICD_VENDORS`` itself (:func:`set_icd_vendors`).
-``POCL_KERNEL_CACHE``
+``POCL_KERNEL_CACHE``, ``POCL_CACHE_DIR``
     PoCL's switch for its own build cache (read, never changed): unless it is ``0``, PoCL
     caches builds itself and pyrnn_cl keeps no binaries of PoCL programs
-    (``PoclProfile.keeps_build_cache``).
+    (``PoclProfile.keeps_build_cache``); PoCL's cache directory is named in the notice.
 ``CL_CONFIG_CPU_TBB_NUM_WORKERS`` and ``DPCPP_CPU_*``
     Intel's CPU runtime's worker count and placement; read for ``pyrnn-cl bench``'s report, and
     the worker count set by pyrnn_cl only when unset and a cgroup CPU quota is smaller than the
@@ -119,6 +122,20 @@ def cache_dir() -> Path:
 def cache_enabled() -> bool:
     """False when ``PYRNN_CL_NO_CACHE`` is set to a true value."""
     return not _flag("PYRNN_CL_NO_CACHE")
+
+
+def quiet() -> bool:
+    """``PYRNN_CL_QUIET``: no notice on stderr while kernels compile on first use."""
+    return _flag("PYRNN_CL_QUIET")
+
+
+def pocl_cache_dir() -> Path:
+    """PoCL's own build cache: ``POCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pocl`` (Unix)."""
+    value = _get("POCL_CACHE_DIR")
+    if value:
+        return Path(value)
+    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pocl"
 
 
 def pocl_kernel_cache() -> bool:

@@ -31,12 +31,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -412,6 +414,72 @@ def _report_log(device, name: str, raw_log: str) -> None:
                       stacklevel=4)
 
 
+# {{{ the first-use notice
+
+#: Compiling longer than this, one build or the builds of a process together, prints the notice.
+NOTICE_AFTER_SECONDS = 2.0
+#: While one build goes on past the notice, a progress line every this many seconds.
+PROGRESS_EVERY_SECONDS = 10.0
+
+
+class _CompileNotice:
+    """One stderr line per process when compiling kernels on first use takes a while, so a cold
+    first call does not look like a hang: ``pyrnn_cl: compiling OpenCL kernels for <device>
+    (first use; cached in <dir>)``, then ``still compiling`` lines during one long build.
+    ``PYRNN_CL_QUIET=1`` silences it. A watcher thread per source build only sleeps and prints
+    (it never calls OpenCL), so it is harmless at interpreter exit."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._said = False
+        self._total = 0.0  # seconds of source builds in this process
+
+    def _say(self, device) -> None:
+        with self._lock:
+            if self._said:
+                return
+            self._said = True
+        where = device.profile.build_cache_dir() or _programs_dir()
+        print(f"pyrnn_cl: compiling OpenCL kernels for {device.info.name} (first use; cached "
+              f"in {where}; PYRNN_CL_QUIET=1 silences this)", file=sys.stderr, flush=True)
+
+    def _watch(self, device, name: str, start: float, done: threading.Event) -> None:
+        with self._lock:
+            wait = max(0.0, NOTICE_AFTER_SECONDS - self._total)
+        if done.wait(wait):
+            return
+        self._say(device)
+        while not done.wait(PROGRESS_EVERY_SECONDS):
+            print(f"pyrnn_cl: still compiling {name} ({time.perf_counter() - start:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    @contextmanager
+    def building(self, device, name: str):
+        """Context of one source build of ``name`` on ``device``."""
+        if self._said or _env.quiet():
+            yield
+            return
+        start = time.perf_counter()
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(device, name, start, done),
+                                   name="pyrnn_cl-compile-notice", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            with self._lock:
+                self._total += time.perf_counter() - start
+                late = self._total > NOTICE_AFTER_SECONDS
+            if late:
+                self._say(device)
+
+
+_notice = _CompileNotice()
+
+# }}}
+
+
 def _build(device, name, defines, options, source) -> Program:
     """Load from the disk cache or build from source; raises :class:`BuildError`."""
     key = cache_key(source, options, device.info)
@@ -443,7 +511,8 @@ def _build(device, name, defines, options, source) -> Program:
     start = time.perf_counter()
     raw = _raw_from_source(context, source)
     try:
-        _raw_build(raw, options, cl_device)
+        with _notice.building(device, name):
+            _raw_build(raw, options, cl_device)
     except cl.Error as exc:
         raise _build_error(exc, device, name, source, options,
                            _build_log(raw, cl_device)) from None

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import threading
 from pathlib import Path
 
@@ -421,5 +422,67 @@ def test_threads_share_one_program(device):
     built = (after["source_builds"] - before["source_builds"]) + (
         after["disk_hits"] - before["disk_hits"])
     assert built == 1
+
+# }}}
+
+
+# {{{ the first-use notice
+
+
+@pytest.fixture
+def notice(monkeypatch):
+    """A fresh notice state (the process-wide one may have spoken) and builds that take
+    ``slow_build.seconds`` longer than they do."""
+    monkeypatch.setattr(programs, "_notice", programs._CompileNotice())
+    monkeypatch.delenv("PYRNN_CL_QUIET", raising=False)
+    real_build = programs._raw_build
+
+    def slow_build(raw, options, cl_device):
+        time.sleep(slow_build.seconds)
+        real_build(raw, options, cl_device)
+
+    slow_build.seconds = 0.0
+    monkeypatch.setattr(programs, "_raw_build", slow_build)
+    return slow_build
+
+
+def test_a_slow_build_prints_one_notice_with_progress(device, notice, capsys, monkeypatch):
+    monkeypatch.setattr(programs, "NOTICE_AFTER_SECONDS", 0.2)
+    monkeypatch.setattr(programs, "PROGRESS_EVERY_SECONDS", 0.3)
+    notice.seconds = 1.0
+    _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 11})
+    err = capsys.readouterr().err
+    first = [line for line in err.splitlines() if "compiling OpenCL kernels for" in line]
+    assert len(first) == 1 and device.info.name in first[0] and "first use" in first[0]
+    assert "PYRNN_CL_QUIET" in first[0]
+    assert "still compiling selfcheck.cl" in err
+    _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 12})   # once per process
+    assert "compiling OpenCL kernels" not in capsys.readouterr().err
+
+
+def test_short_builds_add_up_to_the_notice(device, notice, capsys, monkeypatch):
+    monkeypatch.setattr(programs, "NOTICE_AFTER_SECONDS", 0.5)
+    notice.seconds = 0.3
+    _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 13})
+    assert "compiling OpenCL kernels" not in capsys.readouterr().err   # 0.3 s: silent
+    _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 14})
+    assert "compiling OpenCL kernels" in capsys.readouterr().err      # 0.6 s in all
+
+
+def test_quiet_silences_the_notice(device, notice, capsys, monkeypatch):
+    monkeypatch.setattr(programs, "NOTICE_AFTER_SECONDS", 0.1)
+    monkeypatch.setenv("PYRNN_CL_QUIET", "1")
+    notice.seconds = 0.4
+    _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 15})
+    assert "pyrnn_cl" not in capsys.readouterr().err
+
+
+def test_loads_from_the_memo_print_nothing(device, notice, capsys, monkeypatch):
+    monkeypatch.setattr(programs, "NOTICE_AFTER_SECONDS", 0.0)
+    get_program(device, "selfcheck.cl", {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 16})
+    capsys.readouterr()
+    monkeypatch.setattr(programs, "_notice", programs._CompileNotice())
+    get_program(device, "selfcheck.cl", {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 16})
+    assert capsys.readouterr().err == ""
 
 # }}}

@@ -104,6 +104,10 @@ class VendorProfile:
         read at each build (the implementation's own switch may be an environment variable)."""
         return False
 
+    def build_cache_dir(self):
+        """Where the implementation caches builds itself (a ``Path``), or ``None``."""
+        return None
+
     def filter_log(self, log: str) -> str:
         """``log`` without the lines matching :attr:`BENIGN_LOG_LINES` (and blank lines)."""
         patterns = [re.compile(p) for p in self.BENIGN_LOG_LINES]

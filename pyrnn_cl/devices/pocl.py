@@ -64,6 +64,9 @@ class PoclProfile(VendorProfile):
         PoCL's cache took 0.1 s in all, so pyrnn_cl's binary cache is skipped on PoCL."""
         return _env.pocl_kernel_cache()
 
+    def build_cache_dir(self):
+        return _env.pocl_cache_dir() if self.keeps_build_cache() else None
+
     def build_preference(self, info) -> tuple:
         """Tie-break among PoCL installs: (0 for a distribution build else 1, -version, -LLVM)."""
         version = info.platform_version
