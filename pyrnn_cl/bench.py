@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import importlib
 import json
 import math
 import os
@@ -985,6 +986,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _importable(module: str) -> bool:
+    """True when ``module`` (an optional package) imports."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """``pyrnn-cl bench [options]``; returns the exit status (0 ok, 1 a configuration failed,
     2 bad arguments)."""
@@ -995,6 +1005,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c.name:16s} {c.cell:8s} H={c.H:<5d} I={c.I:<5d} N={c.N:<3d} T={c.T:<4d} "
                   f"{c.layers}x{c.directions}  {c.why}")
         return 0
+    if args.png and not _importable("matplotlib"):
+        parser.error('--png needs matplotlib, which is not installed: '
+                     'pip install "pyrnn_cl[examples]"')
+    if not args.no_torch and not _importable("torch"):
+        print('note: PyTorch is not installed, so there is no torch column to compare with '
+              '(pip install "pyrnn_cl[torch]"; --no-torch silences this)', file=sys.stderr)
     if args.repeat < 1:
         parser.error(f"--repeat: got {args.repeat}, expected >= 1")
     if args.block < 0:

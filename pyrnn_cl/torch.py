@@ -34,7 +34,12 @@ torch.nn would draw**. Forward and backward of one call use the same mask.
 from __future__ import annotations
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError as _exc:
+    raise ImportError(f'pyrnn_cl.torch needs PyTorch ({_exc}): pip install "pyrnn_cl[torch]"',
+                      name="torch") from _exc
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
