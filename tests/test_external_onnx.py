@@ -114,7 +114,8 @@ LSTM_CASES = _collect("LSTM")
 
 
 def test_cases_were_found():
-    assert len(RNN_CASES) >= 5 and len(GRU_CASES) >= 5 and len(LSTM_CASES) >= 6
+    # onnx 1.19 (the last release for Python 3.9) ships 4 export_* cases per op, 1.23 ships 6
+    assert len(RNN_CASES) >= 4 and len(GRU_CASES) >= 4 and len(LSTM_CASES) >= 4
 
 
 @pytest.mark.parametrize("case", RNN_CASES, ids=_ids(RNN_CASES))

@@ -148,7 +148,8 @@ def test_reference_cudnn(mode, L, D, P, skip, lengths):
     mine_w = [w for row in layers for p in row for w in
               (p["W"] or []) + p["R"] + ([p["Wp"]] if P else [])]
     mine_b = [b for row in layers for p in row for b in p["bW"] + p["bR"]]
-    for a, b in zip(mine_w + mine_b, weights + biases, strict=True):
+    assert len(mine_w + mine_b) == len(weights + biases)
+    for a, b in zip(mine_w + mine_b, weights + biases):
         _close(a, b)
 
 

@@ -48,7 +48,8 @@ def _max_err(a, b):
 def _close(got, want, tol, what=""):
     """``max|got − want| ≤ tol · max(1, max|want|)`` for every pair; returns the max error."""
     worst = 0.0
-    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
         err = _max_err(g, w)
         scale = max(1.0, float(np.max(np.abs(w))) if np.size(w) else 0.0)
         assert err <= tol * scale, f"{what} output {k}: max err {err:.3e} (tol {tol * scale:.1e})"
