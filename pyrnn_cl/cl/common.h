@@ -61,12 +61,28 @@ PYRNN_FUNC realV pyrnn_keep_nan(realV y, realV x) { return VSELECT(y, x, isnan(x
 
 PYRNN_FUNC realV pyrnn_sigmoid(realV x) { return VONE / (VONE + exp(-x)); }
 
+/* tanh with exact saturation. OpenCL allows tanh a few ulp of error, and PoCL's float tanh stops
+ * at 1 - 2^-24, so the derivative 1 - y^2 of a saturated unit would stay at 1.19e-7 instead of 0
+ * and pass gradient on (times |x| ~ 1e6 in a weight gradient). From the first x whose correctly
+ * rounded tanh is 1 (the smallest float/double x with tanh(x) >= 1 - 2^-25 / 1 - 2^-54, the
+ * half-ulp point below 1, found with 60-digit arithmetic), y is +-1 exactly, as in PyTorch. */
+#if PYRNN_DTYPE == 2
+#define PYRNN_TANH_SATURATES 19.061547465398498
+#else
+#define PYRNN_TANH_SATURATES 9.010913848876953f
+#endif
+PYRNN_FUNC realV pyrnn_tanh(realV x)
+{
+    return VSELECT(tanh(x), copysign(VONE, x),
+                   isgreaterequal(fabs(x), (realV)(PYRNN_TANH_SATURATES)));
+}
+
 /* y = act(x) */
 PYRNN_FUNC realV pyrnn_act(int kind, realV x)
 {
     switch (kind) {
     case ACT_RELU: return pyrnn_keep_nan(fmax(x, VZERO), x);
-    case ACT_TANH: return tanh(x);
+    case ACT_TANH: return pyrnn_tanh(x);
     case ACT_SIGMOID: return pyrnn_sigmoid(x);
     case ACT_HARD_SIGMOID:
         return pyrnn_keep_nan(clamp((realV)(0.2) * x + (realV)(0.5), VZERO, VONE), x);
