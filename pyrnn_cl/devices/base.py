@@ -142,13 +142,6 @@ def _tier_by_type(info) -> int:
     return {"gpu": TIER_OTHER_GPU, "cpu": TIER_CPU}.get(info.type, TIER_OTHER)
 
 
-def text_of(info) -> str:
-    """Platform and device names and vendors, lower-cased, for vendor matching."""
-    return " | ".join(
-        (info.platform_name, info.platform_vendor, info.name, info.vendor)
-    ).lower()
-
-
 def is_mesa(info) -> bool:
     """Mesa's rusticl and Clover run on AMD/Intel/NVIDIA hardware but share none of the vendor
     runtimes' behaviour, so the vendor profiles leave them to the generic one."""
