@@ -41,6 +41,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import engine
+from ._lifecycle import entry_point
 from ._arrays import (Call, check_bool, check_choice, check_float, check_in_order, check_int,
                       check_rank, check_shape, common_dtype, is_array, sub_array)
 from .cells import ACTIVATIONS, CellSpec
@@ -114,6 +115,7 @@ def _copy(queue, dst, dst_off, src, src_off, count):
                     src_offset=src.offset + src_off * isz, dst_offset=dst.offset + dst_off * isz)
 
 
+@entry_point
 def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, biases, *,
                                   rnn_mode="lstm", input_mode="linear_input",
                                   direction="unidirectional", num_proj=0, device=None):
@@ -151,6 +153,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
     return params
 
 
+@entry_point
 def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, rnn_mode="lstm",
                                   input_mode="linear_input", direction="unidirectional",
                                   num_proj=0, device=None):
@@ -196,6 +199,7 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
     enqueue(device.queue, knl, ((W + 3) // 4, N, T))
 
 
+@entry_point
 def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float32,
                        device=None):
     """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
@@ -408,6 +412,7 @@ def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time
                 sequence_lengths=sequence_lengths)
 
 
+@entry_point
 def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mode="lstm",
               input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
               seed2=0, num_proj=0, time_major=True, is_training=True, device=None):
@@ -512,6 +517,7 @@ def _check_host_reserved(net, host_reserved, reserve_space):
                          f"for T={net.T}, N={net.N}, num_layers={net.L}, num_units={net.H}")
 
 
+@entry_point
 def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h,
                        output_c, output_backprop, output_h_backprop, output_c_backprop,
                        reserve_space, host_reserved, *, rnn_mode="lstm",

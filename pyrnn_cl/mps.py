@@ -34,6 +34,7 @@ import numpy as np
 import pyopencl.array as cla
 
 from . import engine
+from ._lifecycle import entry_point
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
 from .cells import PEEP_MPS, CellSpec, activation_code
 from .engine import Recurrence, StateView
@@ -339,6 +340,7 @@ def _secondary_bias_gradient(layer, dhb):
     return out
 
 
+@entry_point
 def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
                     mask=None, *, descriptor=None, device=None):
     """Single-gate RNN layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
@@ -346,6 +348,7 @@ def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init
                     None, None, descriptor, device)
 
 
+@entry_point
 def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state,
                               input_weight=None, bias=None, init_state=None, mask=None,
                               state_gradient=None, *, descriptor=None, device=None):
@@ -357,6 +360,7 @@ def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state
                       None, descriptor, device)
 
 
+@entry_point
 def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None, init_cell=None,
          mask=None, peephole=None, *, descriptor=None, device=None):
     """LSTM layer: ``[h]``, then the cell sequence ``c`` when ``training or produce_cell``, then
@@ -365,6 +369,7 @@ def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None
                     mask, peephole, None, descriptor, device)
 
 
+@entry_point
 def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_output_fwd,
                    input_weight=None, bias=None, init_state=None, init_cell=None, mask=None,
                    peephole=None, state_gradient=None, cell_gradient=None, *, descriptor=None,
@@ -377,6 +382,7 @@ def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_outp
                       None, state_gradient, cell_gradient, descriptor, device)
 
 
+@entry_point
 def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None, mask=None,
         secondary_bias=None, *, descriptor=None, device=None):
     """GRU layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
@@ -384,6 +390,7 @@ def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
                     None, secondary_bias, descriptor, device)
 
 
+@entry_point
 def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd,
                   input_weight=None, bias=None, init_state=None, mask=None, secondary_bias=None,
                   state_gradient=None, *, descriptor=None, device=None):

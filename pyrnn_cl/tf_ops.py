@@ -59,6 +59,7 @@ import numpy as np
 import pyopencl.array as cla
 
 from . import engine
+from ._lifecycle import entry_point
 from ._arrays import Call, check_float, check_int, check_rank, check_shape
 from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
@@ -195,6 +196,7 @@ def _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c, extra=()):
     return N, I, H
 
 
+@entry_point
 def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
     r"""TensorFlow ``GRUBlockCell``: one GRU step, reset gate applied before the candidate matmul.
 
@@ -224,6 +226,7 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
     return r, u, c, q.out(fwd["y"], (N, H))
 
 
+@entry_point
 def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device=None):
     r"""TensorFlow ``GRUBlockCellGrad`` with the kernel's (correct) maths, not its docstring's.
 
@@ -282,6 +285,7 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     return q.out(d_x, (N, I)), q.out(dh0, (N, H)), d_c_bar, d_rbub
 
 
+@entry_point
 def gru_block_cell_weight_grads(x, h_prev, r, d_c_bar, d_r_bar_u_bar, *, device=None):
     r"""Weight and bias gradients of ``GRUBlockCell`` from :func:`gru_block_cell_grad`'s outputs.
 
@@ -419,6 +423,7 @@ def _lstm_cell_call(x, cs_prev, h_prev, w, wci, wcf, wco, b, device, **more):
                      **more), device)
 
 
+@entry_point
 def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0, cell_clip=3.0,
                     use_peephole=False, device=None):
     r"""TensorFlow ``LSTMBlockCell``: one LSTM step, gate columns ICFO ``[i | ci | f | o]``.
@@ -440,6 +445,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     return layer.forward((layer.N, layer.H))
 
 
+@entry_point
 def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad,
                          h_grad, *, use_peephole=False, device=None):
     r"""TensorFlow ``LSTMBlockCellGrad``: gradients of one ``LSTMBlockCell`` step.
@@ -476,6 +482,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
             *layer.peephole_grads(grads))
 
 
+@entry_point
 def lstm_block_cell_weight_grads(x, h_prev, w, dicfo, *, device=None):
     r"""Input, state, weight and bias gradients of ``LSTMBlockCell`` from the gate gradients
     ``dicfo`` ``[N, 4H]`` of :func:`lstm_block_cell_grad`. Returns
@@ -541,6 +548,7 @@ _SEQ_DOC = r"""
     whole batch."""
 
 
+@entry_point
 def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
                cell_clip=3.0, use_peephole=False, device=None):
     return _block_lstm(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias,
@@ -563,6 +571,7 @@ block_lstm.__doc__ = r"""TensorFlow ``BlockLSTM``: :func:`lstm_block_cell` (ICFO
     """
 
 
+@entry_point
 def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, cell_clip=0.0,
                   use_peephole=False, device=None):
     return _block_lstm(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, 0.0,
@@ -577,6 +586,7 @@ block_lstm_v2.__doc__ = r"""TensorFlow ``BlockLSTMV2``: :func:`block_lstm` with 
     """
 
 
+@entry_point
 def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                     cs_grad, h_grad, *, use_peephole=False, device=None):
     return _block_lstm_grad(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
@@ -601,6 +611,7 @@ block_lstm_grad.__doc__ = r"""TensorFlow ``BlockLSTMGrad``: gradients of :func:`
     (ICFO).""" + _SEQ_DOC + _GRAD_DOC + "\n    "
 
 
+@entry_point
 def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
                        h, cs_grad, h_grad, *, use_peephole=False, device=None):
     return _block_lstm_grad(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
