@@ -430,6 +430,7 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
                       time_major, sequence_lengths), device, training=is_training)
     call, lay = net.call, net.lay
     T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
+    rec = None if net.empty_run else net.recurrence()   # memory check before any copy
     h0_all = call.dev("input_h", input_h)
     c0_all = call.dev("input_c", input_c) if net.lstm else None
     out_h = call.empty((L * D, N, K))
@@ -444,7 +445,6 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
     else:
         params_d = call.dev("params", params)
         x = net.seq_to_time_major("input", input, net.I)
-        rec = net.recurrence()
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = net.reserve_views(reserve) if net.training else ([{}] * L, [{}] * L)
         if net.training:
@@ -553,6 +553,10 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
             if a is not None:
                 check_shape(name, a, (L * D, N, H))
     _check_host_reserved(net, host_reserved, reserve_space)
+    rec = None
+    if not net.empty_run:        # the memory checks before any input is copied
+        rec = net.recurrence()
+        rec.check_backward_memory()
 
     dparams = call.zeros((lay.size,))
     dh0_all = call.zeros((L * D, N, K))
@@ -574,7 +578,6 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
     x0 = net.seq_to_time_major("input", input, net.I)
     dy = (net.seq_to_time_major("output_backprop", output_backprop, D * K)
           if output_backprop is not None else None)
-    rec = net.recurrence()
     parts, views = net.reserve_views(res)       # read in place; copied where not addressable
 
     def saved(l, name):

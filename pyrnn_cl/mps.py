@@ -169,6 +169,15 @@ class _Layer:
         self.rev_mask = 0b10 if D == 2 else int(bool(desc.reverse))
 
         q = call
+        # the engine's memory check first: a request too large for the device is refused
+        # before any input is made contiguous or copied
+        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
+                              rev_mask=self.rev_mask, has_mask=mask is not None,
+                              has_hb=(kind == "gru" and desc.reset_after
+                                      and secondary_bias is not None),
+                              has_peep=peephole is not None)
+        if grads is not None:
+            self.rec.check_backward_memory(full=input_weight is None)
         self.x = q.dev("source", source)
         self.R = q.dev("recurrent_weight", recurrent_weight)
         self.W = q.dev("input_weight", input_weight)
@@ -191,9 +200,6 @@ class _Layer:
             o = self.cell.gate_blocks[2] * H
             engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
                          (D, 1, H))
-        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
-                              rev_mask=self.rev_mask, has_mask=self.mask is not None,
-                              has_hb=self.hb is not None, has_peep=self.peep is not None)
 
     def _mask(self, mask):
         if mask is None:

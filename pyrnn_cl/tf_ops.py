@@ -214,13 +214,13 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
     call = Call(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), device)
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c)
     q = call
+    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)   # memory check first
     xd, hd = q.dev("x", x), q.dev("h_prev", h_prev)
     W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
     bias = q.empty((3 * H,))
     _copy_cols(q, bias, 3 * H, 0, q.dev("b_ru", b_ru), 2 * H, 0, 1, 2 * H)
     _copy_cols(q, bias, 3 * H, 2 * H, q.dev("b_c", b_c), H, 0, 1, H)
     gx = engine.input_projection(q.device, q.dtype, xd, N, I, W, 3 * H, bias)
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     fwd = rec.forward(gx.reshape((1, N, 3 * H)), R, h0=StateView(hd, N * H, H))
     r, u, c = _col_outputs(q, fwd["sav"], N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3)
     return r, u, c, q.out(fwd["y"], (N, H))
@@ -267,13 +267,14 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c,
                          [("r", r, 1), ("u", u, 1), ("c", c, 1), ("d_h", d_h, 1)])
     q = call
+    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
+    rec.check_backward_memory(full=True)              # before anything is copied
     hd = q.dev("h_prev", h_prev)
     W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
     sav = q.empty((1, N, 3 * H))                      # saved gates, blocks [r | u | c]
     for k, (name, a) in enumerate((("r", r), ("u", u), ("c", c))):
         _copy_cols(q, sav, 3 * H, k * H, q.dev(name, a), H, 0, N, H)
     fwd = {"sav": sav, "y": hd, "cs": None, "hs": None}   # y is not read when T = 1
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     dh0 = q.empty((N, H))
     d_x = q.empty((N, I))
     grads = rec.backward(fwd, R, h0=StateView(hd, N * H, H), dh0=StateView(dh0, N * H, H),
@@ -339,6 +340,17 @@ class _LSTM:
         self.call, self.layout = call, layout
         self.T, self.N, self.I, self.H = T, N, I, H
         q, GH = call, 4 * H
+        # the engine (and its memory check) first: a request too large for the device is
+        # refused before any input is made contiguous or copied
+        blocks = (layout["i"], layout["f"], layout["c"], layout["o"])   # slots i, f, g, o
+        clip = self.cell_clip > 0
+        cell = CellSpec("lstm", blocks, (_SIG, _SIG, _TANH, _SIG),
+                        peephole=PEEP_TF if self.use_peephole else PEEP_NONE, clip=clip)
+        self.rec = Recurrence(q.device, q.dtype, cell, T=T, N=N, H=H,
+                              has_len=self.n_valid < T, has_peep=self.use_peephole,
+                              clip=self.cell_clip if clip else 0.0)
+        if extra:     # a gradient op
+            self.rec.check_backward_memory()
         self.x = q.dev("x", x)
         self.h0 = StateView(q.dev("h_prev", h_prev), N * H, H)
         self.c0 = StateView(q.dev("cs_prev", cs_prev), N * H, H)
@@ -367,13 +379,6 @@ class _LSTM:
         self.lens = None
         if self.n_valid < T:
             self.lens = cla.to_device(q.queue, np.full(max(N, 1), self.n_valid, np.int32))
-        blocks = (layout["i"], layout["f"], layout["c"], layout["o"])   # slots i, f, g, o
-        clip = self.cell_clip > 0
-        cell = CellSpec("lstm", blocks, (_SIG, _SIG, _TANH, _SIG),
-                        peephole=PEEP_TF if self.use_peephole else PEEP_NONE, clip=clip)
-        self.rec = Recurrence(q.device, q.dtype, cell, T=T, N=N, H=H,
-                              has_len=self.lens is not None, has_peep=self.use_peephole,
-                              clip=self.cell_clip if clip else 0.0)
 
     # -- forward ----------------------------------------------------------------------------
 
