@@ -1,0 +1,168 @@
+"""Process lifecycle: fork, exit and interrupts (README, "Reliability notes").
+
+Every scenario runs in a fresh Python process started with ``subprocess.run(timeout=...)``, so
+that a regression (a child that waits forever, an abort at exit) fails its test instead of
+hanging or killing the test session. Results are compared with the float64 NumPy reference
+(``tests/reference/mps_ref.py``) or with an uninterrupted call in a fresh process.
+
+* **fork**: a child forked after the parent used OpenCL devices through pyrnn_cl gets
+  ``ForkError`` (a ``RuntimeError`` naming 'spawn' and 'forkserver') at its first call instead
+  of hanging; a child forked before works; 'spawn' and 'forkserver' children work after the
+  parent used the device; the same through a torch ``DataLoader(num_workers=2)``.
+* **exit**: queued work on device arrays at exit, and daemon threads in the middle of ops
+  at exit, both end with status 0.
+* **interrupts**: a ``KeyboardInterrupt`` in the middle of a long call leaves the process
+  usable (the next call gives the uninterrupted result) and the disk cache valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+#: Seconds a scenario may take before it counts as a hang (cold builds included).
+TIMEOUT = 240
+
+# The problem every scenario computes, and the float64 reference of its output.
+_PROBLEM = textwrap.dedent("""
+    import numpy as np
+    T, N, I, H = 5, 3, 4, 6
+    _rng = np.random.default_rng(21)
+    x = (0.5 * _rng.standard_normal((T, N, I))).astype(np.float32)
+    W = (0.5 * _rng.standard_normal((4 * H, I))).astype(np.float32)
+    R = (0.5 * _rng.standard_normal((4 * H, H))).astype(np.float32)
+""")
+
+
+def _reference():
+    from reference import mps_ref
+
+    space: dict = {}
+    exec(_PROBLEM, space)  # noqa: S102 - the problem text shared with the scripts
+    return np.asarray(mps_ref.lstm(space["x"], space["R"], space["W"])[0], np.float64)
+
+
+def _run(script: str, device, tmp_path, *, timeout=TIMEOUT, env=None):
+    """Run ``script`` (written to a file, so that 'spawn' children can import it) in a fresh
+    process on ``device``; the last line of its stdout is JSON."""
+    path = tmp_path / "scenario.py"
+    path.write_text(textwrap.dedent(script))
+    full_env = dict(os.environ, PYRNN_CL_DEVICE=device.info.index,
+                    PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH",
+                                                                               "")]))
+    full_env.update(env or {})
+    try:
+        done = subprocess.run([sys.executable, str(path)], env=full_env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the scenario did not end within {timeout} s (a hang): "
+                    f"{(exc.stderr or b'')[-2000:]!r}")
+    return done
+
+
+def _result(done):
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# {{{ fork
+
+_POOL = _PROBLEM + textwrap.dedent("""
+    import json, multiprocessing, sys
+    import pyrnn_cl as rc
+
+    def child(k):
+        try:
+            return ["ok", rc.lstm(x, R, W)[0].astype(float).tolist()]
+        except Exception as exc:
+            return ["error", type(exc).__name__, isinstance(exc, RuntimeError), str(exc)]
+
+    if __name__ == "__main__":
+        method, parent_first = sys.argv[1], sys.argv[2] == "1"
+        parent = rc.lstm(x, R, W)[0].astype(float).tolist() if parent_first else None
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            children = pool.map(child, range(2))
+        print(json.dumps({"parent": parent, "children": children}))
+""")
+
+
+@pytest.mark.parametrize("method,parent_first", [
+    ("fork", True), ("fork", False), ("forkserver", True), ("spawn", True)])
+def test_pool_children(device, tmp_path, method, parent_first):
+    """multiprocessing Pool(2) children each call ``rc.lstm``: after the parent used the
+    device, 'fork' children get ForkError at once and never hang; a 'fork' child of a parent
+    that never touched OpenCL, and 'spawn'/'forkserver' children, compute the reference."""
+    script = _POOL.replace('sys.argv[1], sys.argv[2] == "1"',
+                           f"{method!r}, {parent_first!r}")
+    out = _result(_run(script, device, tmp_path))
+    want = _reference()
+    if parent_first:
+        np.testing.assert_allclose(out["parent"], want, rtol=1e-5, atol=1e-5)
+    for child in out["children"]:
+        if method == "fork" and parent_first:
+            assert child[:3] == ["error", "ForkError", True], child
+            assert "'spawn' or 'forkserver'" in child[3] and "README" in child[3], child
+        else:
+            assert child[0] == "ok", child
+            np.testing.assert_allclose(child[1], want, rtol=1e-5, atol=1e-5)
+            if parent_first:      # same device, same kernels: bitwise the parent's answer
+                assert child[1] == out["parent"]
+
+
+_LOADER = _PROBLEM + textwrap.dedent("""
+    import json, sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    import pyrnn_cl as rc
+
+    class Steps(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, k):
+            return torch.from_numpy(rc.lstm(x, R, W)[0][k % T].copy())
+
+    def load(**kw):
+        try:
+            rows = torch.cat(list(DataLoader(Steps(), batch_size=2, num_workers=2, **kw)))
+            return ["ok", rows.double().tolist()]
+        except Exception as exc:
+            return ["error", type(exc).__name__, str(exc)]
+
+    if __name__ == "__main__":
+        out = {"fork_before": load()}                      # the parent has not used OpenCL
+        out["parent"] = rc.lstm(x, R, W)[0].astype(float).tolist()
+        out["fork_after"] = load()
+        out["spawn_after"] = load(multiprocessing_context="spawn")
+        print(json.dumps(out))
+""")
+
+
+@pytest.mark.torch
+def test_torch_dataloader_workers(device, tmp_path):
+    """A torch DataLoader(num_workers=2) whose Dataset calls an op: forked workers work when
+    the parent has not used OpenCL yet; afterwards forked workers fail with the ForkError
+    message (torch re-raises it in the parent) instead of hanging; 'spawn' workers work."""
+    out = _result(_run(_LOADER, device, tmp_path))
+    want = _reference()
+    rows = np.concatenate([want[k % want.shape[0]][None] for k in range(4)])
+    for key in ("fork_before", "spawn_after"):
+        assert out[key][0] == "ok", (key, out[key])
+        np.testing.assert_allclose(np.asarray(out[key][1]).reshape(rows.shape), rows,
+                                   rtol=1e-5, atol=1e-5, err_msg=key)
+    assert out["fork_after"][0] == "error", out["fork_after"]
+    assert "ForkError" in out["fork_after"][2] and "'spawn' or 'forkserver'" in \
+        out["fork_after"][2], out["fork_after"]
+
+# }}}
