@@ -226,3 +226,72 @@ def test_exit_with_daemon_threads_in_ops(device, tmp_path):
         _result(_run(_DAEMONS_AT_EXIT, device, tmp_path))
 
 # }}}
+
+# {{{ interrupts
+
+_INTERRUPTED = _PROBLEM + textwrap.dedent("""
+    import _thread, hashlib, json, os, signal, sys, threading, time
+    import pyrnn_cl as rc
+    from pyrnn_cl import programs
+
+    T = 10000                                   # a long call: about a second on a CPU
+    x = np.resize(x, (T, N, I))
+    desc = rc.LSTMDescriptor(training=True)
+    state = {"in_call": False}
+
+    def call():
+        state["in_call"] = True
+        h, c, z = rc.lstm(x, R, W, descriptor=desc)
+        grads = rc.lstm_gradients(x, R, h, z, c, W, descriptor=desc)
+        state["in_call"] = False
+        digest = hashlib.sha256()
+        for a in (h, c, z, *grads):
+            digest.update(np.ascontiguousarray(a).tobytes())
+        return digest.hexdigest()
+
+    def interrupt(how):
+        if how == "signal":
+            os.kill(os.getpid(), signal.SIGINT)        # what Ctrl-C sends
+        else:
+            _thread.interrupt_main()
+
+    out = {"during": 0, "after": 0}
+    if sys.argv[1] == "interrupt":
+        for k, delay in enumerate([0.0, 0.05, 0.2, 0.02, 0.5, 0.1, 0.01, 0.3]):
+            timer = threading.Timer(delay, interrupt, ["signal" if k % 2 else "main"])
+            try:
+                timer.start()
+                call()
+                timer.join()
+                time.sleep(0.2)                    # the interrupt lands here at the latest
+            except KeyboardInterrupt:
+                out["during" if state["in_call"] else "after"] += 1
+            state["in_call"] = False
+    out["digest"] = call()
+    out["stats"] = programs.cache_stats()
+    print(json.dumps(out))
+""")
+
+
+def test_keyboard_interrupt_leaves_the_process_usable(device, tmp_path):
+    """KeyboardInterrupts (SIGINT and ``_thread.interrupt_main``) at several moments of a
+    T = 10 000 LSTM forward and gradients, the first ones during the cold builds: the next call
+    gives bitwise the result of an uninterrupted call in a fresh process, and the disk cache
+    the interrupted process wrote loads in a later process with no rebuild and no rejected or
+    half-written entry."""
+    cache = tmp_path / "cache"
+    env = {"PYRNN_CL_CACHE_DIR": str(cache)}
+    interrupted = _result(_run(_INTERRUPTED.replace("sys.argv[1]", '"interrupt"'), device,
+                               tmp_path, env=env))
+    assert interrupted["during"] >= 3, interrupted      # most interrupts land inside the call
+    reference = _result(_run(_INTERRUPTED.replace("sys.argv[1]", '"plain"'), device, tmp_path,
+                             env={"PYRNN_CL_CACHE_DIR": str(tmp_path / "other-cache")}))
+    assert interrupted["digest"] == reference["digest"]
+    assert not list(cache.rglob(".tmp-*")), list(cache.rglob("*"))
+    warm = _result(_run(_INTERRUPTED.replace("sys.argv[1]", '"plain"'), device, tmp_path,
+                        env=dict(env, PYTHONWARNINGS="error::UserWarning")))
+    assert warm["digest"] == reference["digest"]
+    assert warm["stats"]["source_builds"] == 0 and warm["stats"]["disk_rejects"] == 0, warm
+    assert warm["stats"]["disk_hits"] > 0, warm
+
+# }}}
