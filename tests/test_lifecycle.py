@@ -295,3 +295,104 @@ def test_keyboard_interrupt_leaves_the_process_usable(device, tmp_path):
     assert warm["stats"]["disk_hits"] > 0, warm
 
 # }}}
+
+# {{{ processes sharing the caches
+
+_TINY = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import pyrnn_cl as rc
+    from pyrnn_cl import programs
+
+    x = (np.arange(2 * 1 * 8, dtype=np.float32).reshape(2, 1, 8) - 7.5) / 8
+    R = (np.arange(8 * 2, dtype=np.float32).reshape(8, 2) - 7.5) / 16
+    if sys.argv[1:] == ["announce"]:            # say when the build starts
+        build = programs._raw_build
+
+        def announced(*args):
+            print("building", flush=True)
+            return build(*args)
+
+        programs._raw_build = announced
+    y = rc.lstm(x, R)[0]                        # one small op: a single program to build
+    print(json.dumps({"y": y.astype(float).tolist(), "stats": programs.cache_stats()}))
+""")
+
+
+def _tiny_reference():
+    from reference import mps_ref
+
+    x = (np.arange(2 * 1 * 8, dtype=np.float64).reshape(2, 1, 8) - 7.5) / 8
+    R = (np.arange(8 * 2, dtype=np.float64).reshape(8, 2) - 7.5) / 16
+    return np.asarray(mps_ref.lstm(x, R)[0], np.float64)
+
+
+def _tiny_env(device, tmp_path):
+    env = dict(os.environ, PYRNN_CL_DEVICE=device.info.index,
+               PYRNN_CL_CACHE_DIR=str(tmp_path / "pyrnn_cl-cache"),
+               POCL_CACHE_DIR=str(tmp_path / "pocl-cache"),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYRNN_CL_NO_CACHE", None)
+    (tmp_path / "tiny.py").write_text(_TINY)
+    return env
+
+
+def _tiny(env, tmp_path, *args):
+    return subprocess.Popen([sys.executable, str(tmp_path / "tiny.py"), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, cwd=tmp_path)
+
+
+def _finish(proc):
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"a process did not end within {TIMEOUT} s (a hang)")
+    assert proc.returncode == 0, (proc.returncode, out[-2000:], err[-3000:])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _warm_start_builds_nothing(env, tmp_path):
+    warm = _finish(_tiny(env, tmp_path))
+    np.testing.assert_allclose(warm["y"], _tiny_reference(), rtol=1e-5, atol=1e-6)
+    assert warm["stats"]["source_builds"] == 0 and warm["stats"]["disk_rejects"] == 0, warm
+    assert warm["stats"]["disk_hits"] == 1, warm
+
+
+def test_concurrent_cold_starts_share_the_caches(device, tmp_path):
+    """Four processes start at once against the same empty pyrnn_cl and PoCL caches: all
+    four give the reference, the cache ends with one valid entry and no temporary file, and a
+    later process builds nothing (``cache_stats()["source_builds"] == 0``)."""
+    env = _tiny_env(device, tmp_path)
+    runs = [_finish(p) for p in [_tiny(env, tmp_path) for _ in range(4)]]
+    want = _tiny_reference()
+    for run in runs:
+        np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-6)
+        assert run["stats"]["disk_rejects"] == 0, run
+    programs_dir = tmp_path / "pyrnn_cl-cache" / "programs"
+    assert len(list(programs_dir.glob("*.clbin"))) == 1
+    assert not list(programs_dir.glob(".tmp-*"))
+    _warm_start_builds_nothing(env, tmp_path)
+
+
+def test_process_killed_during_a_cold_build(device, tmp_path):
+    """A process killed with SIGKILL in the middle of its cold build leaves nothing that
+    breaks the next start, which gives the reference; a start after that builds nothing."""
+    import signal
+
+    env = _tiny_env(device, tmp_path)
+    victim = _tiny(env, tmp_path, "announce")
+    assert victim.stdout.readline().strip() == "building"     # clBuildProgram has begun
+    programs_dir = tmp_path / "pyrnn_cl-cache" / "programs"
+    assert victim.poll() is None and not list(programs_dir.glob("*.clbin")), \
+        "the build ended before the kill: nothing was tested"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    assert victim.returncode == -signal.SIGKILL
+    after = _finish(_tiny(env, tmp_path))
+    np.testing.assert_allclose(after["y"], _tiny_reference(), rtol=1e-5, atol=1e-6)
+    assert after["stats"]["source_builds"] == 1 and after["stats"]["disk_rejects"] == 0, after
+    _warm_start_builds_nothing(env, tmp_path)
+
+# }}}
