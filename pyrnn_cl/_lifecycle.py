@@ -3,7 +3,8 @@
 **Fork.** An OpenCL runtime's worker threads and objects do not survive ``fork()``. On PoCL,
 once the parent has enumerated the devices (``clGetDeviceIDs`` starts its worker threads), any
 work in a forked child waits forever, even on a context the child makes itself; Intel's CPU
-runtime happened to work in our measurements, and GPU drivers are known not to survive fork.
+runtime happened to work in our measurements (its thread pool after fork is undocumented), and
+CUDA, under NVIDIA's OpenCL, does not support a child forked after it was initialised.
 pyrnn_cl therefore refuses, at once and on every runtime, to open or use a device in a process
 forked after it touched OpenCL devices in the parent (:func:`check_not_forked` raises
 :class:`~pyrnn_cl.errors.ForkError`, like PyTorch's "Cannot re-initialize CUDA in forked
