@@ -396,3 +396,85 @@ def test_process_killed_during_a_cold_build(device, tmp_path):
     _warm_start_builds_nothing(env, tmp_path)
 
 # }}}
+
+# {{{ the lifecycle module itself (in this process, its state patched)
+
+
+@pytest.fixture
+def lifecycle(monkeypatch):
+    """``pyrnn_cl._lifecycle`` with fresh state, restored afterwards (so that this test
+    session's own exit and later tests are unaffected)."""
+    import threading
+
+    from pyrnn_cl import _lifecycle
+
+    monkeypatch.setattr(_lifecycle, "_state", {"opened": False, "forked": False})
+    monkeypatch.setattr(_lifecycle, "_running", {"calls": 0, "exiting": False})
+    monkeypatch.setattr(_lifecycle, "_never", threading.Event())
+    return _lifecycle
+
+
+def test_fork_flag(lifecycle):
+    """A child forked before OpenCL was used keeps working; after, every entry refuses."""
+    from pyrnn_cl.errors import ForkError
+
+    lifecycle._after_fork_in_child()
+    lifecycle.check_not_forked()                        # parent never used OpenCL: fine
+    lifecycle.mark_opencl_used()
+    lifecycle._after_fork_in_child()
+    with pytest.raises(ForkError, match="'spawn' or 'forkserver'") as info:
+        lifecycle.entry_point(lambda: None)()
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_exit_hook_waits_for_running_ops_and_parks_new_ones(lifecycle):
+    """The exit hook waits for an op running in another thread; afterwards an op called from
+    another thread does not start (it is parked), while the main thread's ops still run, and
+    nested ops count once."""
+    import threading
+    import time
+
+    ran = []
+
+    @lifecycle.entry_point
+    def op(tag, seconds=0.0):
+        time.sleep(seconds)
+        ran.append(tag)
+        return tag
+
+    @lifecycle.entry_point
+    def outer():
+        return op("inner")
+
+    slow = threading.Thread(target=op, args=("slow", 0.3))
+    slow.start()
+    time.sleep(0.05)
+    start = time.perf_counter()
+    assert lifecycle._drain(timeout=10) is True
+    assert "slow" in ran and time.perf_counter() - start < 5
+    late = threading.Thread(target=op, args=("late",), daemon=True)
+    late.start()
+    late.join(timeout=0.3)
+    assert late.is_alive() and "late" not in ran            # parked before the op
+    assert outer() == "inner" and lifecycle._running["calls"] == 0   # main thread still runs
+    lifecycle._never.set()                  # (only a test lets a parked thread go)
+    late.join(timeout=10)
+    assert not late.is_alive()
+
+
+def test_exit_hook_gives_up_after_its_timeout(lifecycle):
+    import threading
+    import time
+
+    release = threading.Event()
+    stuck = threading.Thread(target=lifecycle.entry_point(release.wait), daemon=True)
+    stuck.start()
+    deadline = time.monotonic() + 10
+    while lifecycle._running["calls"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert lifecycle._running["calls"] == 1
+    assert lifecycle._drain(timeout=0.1) is False           # never waits forever
+    release.set()
+    stuck.join(timeout=10)
+
+# }}}
