@@ -74,41 +74,45 @@ if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
 # {{{ exit
 
 _calls = threading.Condition()
-_running = {"calls": 0, "exiting": False}
+_running = {"calls": 0, "exiting": False}   # ops in progress in threads other than the main one
 _depth = threading.local()
 _never = threading.Event()   # never set: where other threads wait once exit has begun
 
 
 def _enter() -> None:
-    if getattr(_depth, "n", 0) == 0:
-        with _calls:
-            exiting = _running["exiting"]
-            if not exiting or threading.current_thread() is threading.main_thread():
-                _running["calls"] += 1
-                exiting = False
-        if exiting:
-            _never.wait()   # the process is exiting: no new pyopencl calls from this thread
-    _depth.n = getattr(_depth, "n", 0) + 1
+    """Count an op of a thread other than the main one; once exit has begun, wait forever
+    instead (the thread must not enter pyopencl any more)."""
+    with _calls:
+        exiting = _running["exiting"]
+        if not exiting:
+            _running["calls"] += 1
+    if exiting:
+        _never.wait()
 
 
 def _leave() -> None:
-    _depth.n -= 1
-    if _depth.n == 0:
-        with _calls:
-            _running["calls"] -= 1
-            _calls.notify_all()
+    with _calls:
+        _running["calls"] -= 1
+        _calls.notify_all()
 
 
 def entry_point(func):
-    """Wrap a public op: refuse it in a forked child (:func:`check_not_forked`) and count it
-    as running until it returns, for the exit hook. Nested ops count once."""
+    """Wrap a public op: refuse it in a forked child (:func:`check_not_forked`) and, in a
+    thread other than the main one, count it as running until it returns, for the exit hook.
+    The main thread is not counted: the exit hook runs in it, so none of its ops is running
+    then, and a ``KeyboardInterrupt`` (delivered to the main thread only) cannot leave a count
+    behind. Nested ops count once."""
     @functools.wraps(func)
     def op(*args, **kwargs):
         check_not_forked()
+        if getattr(_depth, "n", 0) or threading.current_thread() is threading.main_thread():
+            return func(*args, **kwargs)
         _enter()
+        _depth.n = 1
         try:
             return func(*args, **kwargs)
         finally:
+            _depth.n = 0
             _leave()
     return op
 

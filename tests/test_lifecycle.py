@@ -428,9 +428,9 @@ def test_fork_flag(lifecycle):
 
 
 def test_exit_hook_waits_for_running_ops_and_parks_new_ones(lifecycle):
-    """The exit hook waits for an op running in another thread; afterwards an op called from
-    another thread does not start (it is parked), while the main thread's ops still run, and
-    nested ops count once."""
+    """The exit hook waits for an op running in another thread (nested ops count once);
+    afterwards an op called from another thread does not start (it is parked), while the main
+    thread's ops still run."""
     import threading
     import time
 
@@ -443,20 +443,22 @@ def test_exit_hook_waits_for_running_ops_and_parks_new_ones(lifecycle):
         return tag
 
     @lifecycle.entry_point
-    def outer():
-        return op("inner")
+    def outer(seconds=0.0):
+        return op("inner", seconds)
 
-    slow = threading.Thread(target=op, args=("slow", 0.3))
+    slow = threading.Thread(target=outer, args=(0.3,))
     slow.start()
     time.sleep(0.05)
+    assert lifecycle._running["calls"] == 1                  # outer and inner count once
     start = time.perf_counter()
     assert lifecycle._drain(timeout=10) is True
-    assert "slow" in ran and time.perf_counter() - start < 5
+    assert ran == ["inner"] and time.perf_counter() - start < 5
     late = threading.Thread(target=op, args=("late",), daemon=True)
     late.start()
     late.join(timeout=0.3)
     assert late.is_alive() and "late" not in ran            # parked before the op
     assert outer() == "inner" and lifecycle._running["calls"] == 0   # main thread still runs
+    assert ran == ["inner", "inner"]
     lifecycle._never.set()                  # (only a test lets a parked thread go)
     late.join(timeout=10)
     assert not late.is_alive()
