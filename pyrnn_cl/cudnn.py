@@ -41,9 +41,9 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import engine
-from ._lifecycle import entry_point
 from ._arrays import (Call, check_bool, check_choice, check_float, check_in_order, check_int,
                       check_rank, check_shape, common_dtype, is_array, sub_array)
+from ._lifecycle import entry_point
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError

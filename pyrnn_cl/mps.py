@@ -34,8 +34,8 @@ import numpy as np
 import pyopencl.array as cla
 
 from . import engine
-from ._lifecycle import entry_point
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
+from ._lifecycle import entry_point
 from .cells import PEEP_MPS, CellSpec, activation_code
 from .engine import Recurrence, StateView
 from .errors import ShapeError

@@ -59,8 +59,8 @@ import numpy as np
 import pyopencl.array as cla
 
 from . import engine
-from ._lifecycle import entry_point
 from ._arrays import Call, check_float, check_int, check_rank, check_shape
+from ._lifecycle import entry_point
 from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
