@@ -221,7 +221,7 @@ _DAEMONS_AT_EXIT = _PROBLEM + textwrap.dedent("""
 def test_exit_with_daemon_threads_in_ops(device, tmp_path):
     """Daemon threads in the middle of ops when the interpreter exits: status 0 (without
     pyrnn_cl's exit hook, 20 of 20 such runs aborted with SIGABRT on PoCL and on Intel's
-    runtime; with it, 0 of 50 on each)."""
+    runtime; with it, 0 of 65 on each)."""
     for _ in range(3):
         _result(_run(_DAEMONS_AT_EXIT, device, tmp_path))
 
