@@ -15,7 +15,8 @@ parent's dead threads too.
 **Exit.** At interpreter exit, a daemon thread that comes back from a pyopencl call which had
 released the GIL is stopped by CPython inside pyopencl's C++ code, and the process aborts
 ("terminate called without an active exception", status 134). Every public op is wrapped by
-:func:`entry_point`, which counts the calls in progress; an ``atexit`` hook (:func:`_drain`)
+:func:`entry_point`, which counts the calls in progress in threads other than the main one
+(the hook runs in the main thread); an ``atexit`` hook (:func:`_drain`)
 lets them finish (at most :data:`EXIT_WAIT_SECONDS`) and keeps other threads from starting new
 ones: a thread other than the main one that calls an op after exit began waits there until the
 process is gone, instead of entering pyopencl.
