@@ -299,7 +299,8 @@ class Call:
     def _check_device_array(self, name, a):
         if a.context != self.device.context:
             raise ValueError(f"{name}: the array lives in another OpenCL context than the "
-                             f"device {self.device.info.name!r} of this call")
+                             f"device {self.device.info.name!r} of this call (its device= or "
+                             "its first array's queue); pass arrays and queues of one context")
         if not a.flags.c_contiguous:
             raise ValueError(f"{name}: the device array is not contiguous (shape "
                              f"{list(a.shape)}, strides {a.strides}); pass a contiguous array")

@@ -42,11 +42,15 @@ Variables (unset or empty means the default):
     ``0`` leaves the ICD loader alone: no search for OpenCL runtimes installed as Python
     packages (Intel's CPU runtime, the ``intel`` extra; ``pyrnn_cl.devices.runtimes``).
     Default: on.
+``POCL_CACHE_DIR``
+    PoCL's own kernel cache directory (read, never changed; default ``$XDG_CACHE_HOME/pocl``,
+    ``~/.cache/pocl`` when unset); pyrnn_cl checks the free space there before PoCL builds,
+    and names it in the first-use notice (:func:`pocl_cache_dir`).
 ``OCL_ICD_VENDORS``, ``OCL_ICD_FILENAMES``, ``OPENCL_VENDOR_PATH``
     The ICD loaders' own search settings (read, never changed, when the user set them): with
     any of them set, pyrnn_cl registers no runtime. When it registers Intel's CPU runtime it
     sets ``OCL_ICD_VENDORS`` itself (:func:`set_icd_vendors`).
-``POCL_KERNEL_CACHE``, ``POCL_CACHE_DIR``
+``POCL_KERNEL_CACHE``
     PoCL's switch for its own build cache (read, never changed): unless it is ``0``, PoCL
     caches builds itself and pyrnn_cl keeps no binaries of PoCL programs
     (``PoclProfile.keeps_build_cache``); PoCL's cache directory is named in the notice.
@@ -129,15 +133,6 @@ def quiet() -> bool:
     return _flag("PYRNN_CL_QUIET")
 
 
-def pocl_cache_dir() -> Path:
-    """PoCL's own build cache: ``POCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pocl`` (Unix)."""
-    value = _get("POCL_CACHE_DIR")
-    if value:
-        return Path(value)
-    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pocl"
-
-
 def pocl_kernel_cache() -> bool:
     """``POCL_KERNEL_CACHE`` (PoCL's own variable): PoCL caches builds on disk unless it is 0."""
     return (_get("POCL_KERNEL_CACHE") or "1").strip() != "0"
@@ -177,6 +172,16 @@ def find_runtimes() -> bool:
     """``PYRNN_CL_FIND_RUNTIMES``: register OpenCL runtimes installed as Python packages
     (true unless set to a false word)."""
     return _get("PYRNN_CL_FIND_RUNTIMES") is None or _flag("PYRNN_CL_FIND_RUNTIMES")
+
+
+def pocl_cache_dir() -> Path:
+    """PoCL's kernel cache directory: ``POCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pocl``, else
+    ``~/.cache/pocl`` (as PoCL chooses it; not created here)."""
+    value = _get("POCL_CACHE_DIR")
+    if value:
+        return Path(os.path.expanduser(value))
+    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pocl"
 
 
 #: The ICD loaders' search variables (ocl-icd and the Khronos loader).

@@ -43,6 +43,7 @@ import pyopencl.array as cla
 from . import engine
 from ._arrays import (Call, check_bool, check_choice, check_float, check_in_order, check_int,
                       check_rank, check_shape, common_dtype, is_array, sub_array)
+from ._lifecycle import entry_point
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -114,6 +115,7 @@ def _copy(queue, dst, dst_off, src, src_off, count):
                     src_offset=src.offset + src_off * isz, dst_offset=dst.offset + dst_off * isz)
 
 
+@entry_point
 def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, biases, *,
                                   rnn_mode="lstm", input_mode="linear_input",
                                   direction="unidirectional", num_proj=0, device=None):
@@ -151,6 +153,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
     return params
 
 
+@entry_point
 def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, rnn_mode="lstm",
                                   input_mode="linear_input", direction="unidirectional",
                                   num_proj=0, device=None):
@@ -196,6 +199,7 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
     enqueue(device.queue, knl, ((W + 3) // 4, N, T))
 
 
+@entry_point
 def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float32,
                        device=None):
     """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
@@ -408,6 +412,7 @@ def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time
                 sequence_lengths=sequence_lengths)
 
 
+@entry_point
 def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mode="lstm",
               input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
               seed2=0, num_proj=0, time_major=True, is_training=True, device=None):
@@ -425,6 +430,7 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
                       time_major, sequence_lengths), device, training=is_training)
     call, lay = net.call, net.lay
     T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
+    rec = None if net.empty_run else net.recurrence()   # memory check before any copy
     h0_all = call.dev("input_h", input_h)
     c0_all = call.dev("input_c", input_c) if net.lstm else None
     out_h = call.empty((L * D, N, K))
@@ -439,7 +445,6 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
     else:
         params_d = call.dev("params", params)
         x = net.seq_to_time_major("input", input, net.I)
-        rec = net.recurrence()
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = net.reserve_views(reserve) if net.training else ([{}] * L, [{}] * L)
         if net.training:
@@ -512,6 +517,7 @@ def _check_host_reserved(net, host_reserved, reserve_space):
                          f"for T={net.T}, N={net.N}, num_layers={net.L}, num_units={net.H}")
 
 
+@entry_point
 def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h,
                        output_c, output_backprop, output_h_backprop, output_c_backprop,
                        reserve_space, host_reserved, *, rnn_mode="lstm",
@@ -547,6 +553,10 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
             if a is not None:
                 check_shape(name, a, (L * D, N, H))
     _check_host_reserved(net, host_reserved, reserve_space)
+    rec = None
+    if not net.empty_run:        # the memory checks before any input is copied
+        rec = net.recurrence()
+        rec.check_backward_memory()
 
     dparams = call.zeros((lay.size,))
     dh0_all = call.zeros((L * D, N, K))
@@ -568,7 +578,6 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output
     x0 = net.seq_to_time_major("input", input, net.I)
     dy = (net.seq_to_time_major("output_backprop", output_backprop, D * K)
           if output_backprop is not None else None)
-    rec = net.recurrence()
     parts, views = net.reserve_views(res)       # read in place; copied where not addressable
 
     def saved(l, name):

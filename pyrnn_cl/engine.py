@@ -240,6 +240,12 @@ class Recurrence:
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
+    def check_backward_memory(self, full=False):
+        """:meth:`backward`'s memory check (forward buffers and one chunk of
+        :meth:`chunk_steps`), for a gradient op to call before it copies its inputs: a request
+        too large for the device is refused before anything is copied."""
+        self._check_memory(backward=True, steps=self.chunk_steps(full))
+
     def _check_memory(self, backward, steps=0):
         """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
         the sequence buffers of a forward (or forward + backward with chunks of ``steps``)

@@ -48,3 +48,9 @@ class RuntimeInstallWarning(UserWarning):
     """An OpenCL runtime installed as a Python package (Intel's CPU runtime, the ``intel``
     extra) is broken or incomplete; the message names what is missing. The other devices are
     unaffected."""
+
+
+class ForkError(RuntimeError):
+    """pyrnn_cl was called in a process forked after its parent used OpenCL devices (the
+    runtime's threads and objects do not survive fork); the message names the fix: the
+    'spawn' or 'forkserver' start method."""

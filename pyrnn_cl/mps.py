@@ -35,6 +35,7 @@ import pyopencl.array as cla
 
 from . import engine
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
+from ._lifecycle import entry_point
 from .cells import PEEP_MPS, CellSpec, activation_code
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -168,6 +169,15 @@ class _Layer:
         self.rev_mask = 0b10 if D == 2 else int(bool(desc.reverse))
 
         q = call
+        # the engine's memory check first: a request too large for the device is refused
+        # before any input is made contiguous or copied
+        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
+                              rev_mask=self.rev_mask, has_mask=mask is not None,
+                              has_hb=(kind == "gru" and desc.reset_after
+                                      and secondary_bias is not None),
+                              has_peep=peephole is not None)
+        if grads is not None:
+            self.rec.check_backward_memory(full=input_weight is None)
         self.x = q.dev("source", source)
         self.R = q.dev("recurrent_weight", recurrent_weight)
         self.W = q.dev("input_weight", input_weight)
@@ -190,9 +200,6 @@ class _Layer:
             o = self.cell.gate_blocks[2] * H
             engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
                          (D, 1, H))
-        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
-                              rev_mask=self.rev_mask, has_mask=self.mask is not None,
-                              has_hb=self.hb is not None, has_peep=self.peep is not None)
 
     def _mask(self, mask):
         if mask is None:
@@ -339,6 +346,7 @@ def _secondary_bias_gradient(layer, dhb):
     return out
 
 
+@entry_point
 def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
                     mask=None, *, descriptor=None, device=None):
     """Single-gate RNN layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
@@ -346,6 +354,7 @@ def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init
                     None, None, descriptor, device)
 
 
+@entry_point
 def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state,
                               input_weight=None, bias=None, init_state=None, mask=None,
                               state_gradient=None, *, descriptor=None, device=None):
@@ -357,6 +366,7 @@ def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state
                       None, descriptor, device)
 
 
+@entry_point
 def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None, init_cell=None,
          mask=None, peephole=None, *, descriptor=None, device=None):
     """LSTM layer: ``[h]``, then the cell sequence ``c`` when ``training or produce_cell``, then
@@ -365,6 +375,7 @@ def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None
                     mask, peephole, None, descriptor, device)
 
 
+@entry_point
 def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_output_fwd,
                    input_weight=None, bias=None, init_state=None, init_cell=None, mask=None,
                    peephole=None, state_gradient=None, cell_gradient=None, *, descriptor=None,
@@ -377,6 +388,7 @@ def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_outp
                       None, state_gradient, cell_gradient, descriptor, device)
 
 
+@entry_point
 def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None, mask=None,
         secondary_bias=None, *, descriptor=None, device=None):
     """GRU layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
@@ -384,6 +396,7 @@ def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
                     None, secondary_bias, descriptor, device)
 
 
+@entry_point
 def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd,
                   input_weight=None, bias=None, init_state=None, mask=None, secondary_bias=None,
                   state_gradient=None, *, descriptor=None, device=None):

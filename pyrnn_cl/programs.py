@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -66,6 +67,10 @@ CACHE_FORMAT = 1
 _MAGIC = b"PYRNN_CL-BINARY %d\n" % CACHE_FORMAT
 #: Build-log lines shown in ``str(BuildError)``; the whole log is in ``BuildError.log``.
 LOG_LINES_IN_MESSAGE = 30
+#: Free bytes below which the disk of PoCL's kernel cache gives a :class:`CacheWarning`: PoCL
+#: kills the process when it cannot write there (``LLVM ERROR: IO failure ... No space left
+#: on device``), so it is better to hear before its builds.
+POCL_CACHE_MIN_FREE = 200 * 2**20
 
 
 class CacheWarning(UserWarning):
@@ -221,6 +226,38 @@ def _warn_once(directory: Path, message: str) -> None:
             return
         _warned_dirs.add(str(directory))
     warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+_pocl_checked: set[str] = set()
+
+
+def _check_pocl_cache_space(device) -> None:
+    """Warn once per directory (:class:`CacheWarning`) when PoCL's kernel cache, where PoCL
+    writes during builds and first launches, is on a disk with less than
+    :data:`POCL_CACHE_MIN_FREE` bytes free; PoCL aborts the process when a write there fails.
+    Other runtimes (no ``build_cache_dir`` in their profile) are not checked."""
+    directory = device.profile.build_cache_dir()
+    if directory is None:
+        return
+    with _warn_lock:
+        if str(directory) in _pocl_checked:
+            return
+        _pocl_checked.add(str(directory))
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent                   # PoCL creates the directory later
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return
+    if free < POCL_CACHE_MIN_FREE:
+        warnings.warn(
+            f"pyrnn_cl: only {free / 2**20:.1f} MB free (below {POCL_CACHE_MIN_FREE // 2**20} MB) "
+            f"on the disk of PoCL's kernel cache "
+            f"{directory}; PoCL kills the process when a write there fails (\"LLVM ERROR: IO "
+            "failure ... No space left on device\"). Free some space, set POCL_CACHE_DIR to "
+            "a directory on a disk with room (README, Troubleshooting).", CacheWarning,
+            stacklevel=4)
 
 
 def _disk_read(key: str) -> bytes | None:
@@ -484,6 +521,7 @@ def _build(device, name, defines, options, source) -> Program:
     """Load from the disk cache or build from source; raises :class:`BuildError`."""
     key = cache_key(source, options, device.info)
     context, cl_device = device.context, device.cl_device
+    _check_pocl_cache_space(device)
     use_disk = _env.cache_enabled() and not device.profile.keeps_build_cache()
     if _env.dump_source():
         _dump_source(key, source)

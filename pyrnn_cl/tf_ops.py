@@ -60,6 +60,7 @@ import pyopencl.array as cla
 
 from . import engine
 from ._arrays import Call, check_float, check_int, check_rank, check_shape
+from ._lifecycle import entry_point
 from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -195,6 +196,7 @@ def _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c, extra=()):
     return N, I, H
 
 
+@entry_point
 def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
     r"""TensorFlow ``GRUBlockCell``: one GRU step, reset gate applied before the candidate matmul.
 
@@ -212,18 +214,19 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
     call = Call(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), device)
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c)
     q = call
+    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)   # memory check first
     xd, hd = q.dev("x", x), q.dev("h_prev", h_prev)
     W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
     bias = q.empty((3 * H,))
     _copy_cols(q, bias, 3 * H, 0, q.dev("b_ru", b_ru), 2 * H, 0, 1, 2 * H)
     _copy_cols(q, bias, 3 * H, 2 * H, q.dev("b_c", b_c), H, 0, 1, H)
     gx = engine.input_projection(q.device, q.dtype, xd, N, I, W, 3 * H, bias)
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     fwd = rec.forward(gx.reshape((1, N, 3 * H)), R, h0=StateView(hd, N * H, H))
     r, u, c = _col_outputs(q, fwd["sav"], N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3)
     return r, u, c, q.out(fwd["y"], (N, H))
 
 
+@entry_point
 def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device=None):
     r"""TensorFlow ``GRUBlockCellGrad`` with the kernel's (correct) maths, not its docstring's.
 
@@ -264,13 +267,14 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c,
                          [("r", r, 1), ("u", u, 1), ("c", c, 1), ("d_h", d_h, 1)])
     q = call
+    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
+    rec.check_backward_memory(full=True)              # before anything is copied
     hd = q.dev("h_prev", h_prev)
     W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
     sav = q.empty((1, N, 3 * H))                      # saved gates, blocks [r | u | c]
     for k, (name, a) in enumerate((("r", r), ("u", u), ("c", c))):
         _copy_cols(q, sav, 3 * H, k * H, q.dev(name, a), H, 0, N, H)
     fwd = {"sav": sav, "y": hd, "cs": None, "hs": None}   # y is not read when T = 1
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     dh0 = q.empty((N, H))
     d_x = q.empty((N, I))
     grads = rec.backward(fwd, R, h0=StateView(hd, N * H, H), dh0=StateView(dh0, N * H, H),
@@ -282,6 +286,7 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
     return q.out(d_x, (N, I)), q.out(dh0, (N, H)), d_c_bar, d_rbub
 
 
+@entry_point
 def gru_block_cell_weight_grads(x, h_prev, r, d_c_bar, d_r_bar_u_bar, *, device=None):
     r"""Weight and bias gradients of ``GRUBlockCell`` from :func:`gru_block_cell_grad`'s outputs.
 
@@ -335,6 +340,17 @@ class _LSTM:
         self.call, self.layout = call, layout
         self.T, self.N, self.I, self.H = T, N, I, H
         q, GH = call, 4 * H
+        # the engine (and its memory check) first: a request too large for the device is
+        # refused before any input is made contiguous or copied
+        blocks = (layout["i"], layout["f"], layout["c"], layout["o"])   # slots i, f, g, o
+        clip = self.cell_clip > 0
+        cell = CellSpec("lstm", blocks, (_SIG, _SIG, _TANH, _SIG),
+                        peephole=PEEP_TF if self.use_peephole else PEEP_NONE, clip=clip)
+        self.rec = Recurrence(q.device, q.dtype, cell, T=T, N=N, H=H,
+                              has_len=self.n_valid < T, has_peep=self.use_peephole,
+                              clip=self.cell_clip if clip else 0.0)
+        if extra:     # a gradient op
+            self.rec.check_backward_memory()
         self.x = q.dev("x", x)
         self.h0 = StateView(q.dev("h_prev", h_prev), N * H, H)
         self.c0 = StateView(q.dev("cs_prev", cs_prev), N * H, H)
@@ -363,13 +379,6 @@ class _LSTM:
         self.lens = None
         if self.n_valid < T:
             self.lens = cla.to_device(q.queue, np.full(max(N, 1), self.n_valid, np.int32))
-        blocks = (layout["i"], layout["f"], layout["c"], layout["o"])   # slots i, f, g, o
-        clip = self.cell_clip > 0
-        cell = CellSpec("lstm", blocks, (_SIG, _SIG, _TANH, _SIG),
-                        peephole=PEEP_TF if self.use_peephole else PEEP_NONE, clip=clip)
-        self.rec = Recurrence(q.device, q.dtype, cell, T=T, N=N, H=H,
-                              has_len=self.lens is not None, has_peep=self.use_peephole,
-                              clip=self.cell_clip if clip else 0.0)
 
     # -- forward ----------------------------------------------------------------------------
 
@@ -419,6 +428,7 @@ def _lstm_cell_call(x, cs_prev, h_prev, w, wci, wcf, wco, b, device, **more):
                      **more), device)
 
 
+@entry_point
 def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0, cell_clip=3.0,
                     use_peephole=False, device=None):
     r"""TensorFlow ``LSTMBlockCell``: one LSTM step, gate columns ICFO ``[i | ci | f | o]``.
@@ -440,6 +450,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     return layer.forward((layer.N, layer.H))
 
 
+@entry_point
 def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad,
                          h_grad, *, use_peephole=False, device=None):
     r"""TensorFlow ``LSTMBlockCellGrad``: gradients of one ``LSTMBlockCell`` step.
@@ -476,6 +487,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
             *layer.peephole_grads(grads))
 
 
+@entry_point
 def lstm_block_cell_weight_grads(x, h_prev, w, dicfo, *, device=None):
     r"""Input, state, weight and bias gradients of ``LSTMBlockCell`` from the gate gradients
     ``dicfo`` ``[N, 4H]`` of :func:`lstm_block_cell_grad`. Returns
@@ -541,6 +553,7 @@ _SEQ_DOC = r"""
     whole batch."""
 
 
+@entry_point
 def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
                cell_clip=3.0, use_peephole=False, device=None):
     return _block_lstm(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias,
@@ -563,6 +576,7 @@ block_lstm.__doc__ = r"""TensorFlow ``BlockLSTM``: :func:`lstm_block_cell` (ICFO
     """
 
 
+@entry_point
 def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, cell_clip=0.0,
                   use_peephole=False, device=None):
     return _block_lstm(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, 0.0,
@@ -577,6 +591,7 @@ block_lstm_v2.__doc__ = r"""TensorFlow ``BlockLSTMV2``: :func:`block_lstm` with 
     """
 
 
+@entry_point
 def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                     cs_grad, h_grad, *, use_peephole=False, device=None):
     return _block_lstm_grad(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
@@ -601,6 +616,7 @@ block_lstm_grad.__doc__ = r"""TensorFlow ``BlockLSTMGrad``: gradients of :func:`
     (ICFO).""" + _SEQ_DOC + _GRAD_DOC + "\n    "
 
 
+@entry_point
 def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
                        h, cs_grad, h_grad, *, use_peephole=False, device=None):
     return _block_lstm_grad(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,

@@ -313,6 +313,61 @@ def test_unwritable_cache_dir_warns_once(binary_cache, tmp_path, monkeypatch):
         assert_close(out, expected)
 
 
+def test_low_space_for_pocls_cache_warns_once(device, tmp_path, monkeypatch):
+    """PoCL kills the process when it cannot write its own kernel cache ("LLVM ERROR: IO
+    failure ... No space left on device"): before its builds, a disk with less than
+    ``POCL_CACHE_MIN_FREE`` bytes free under ``POCL_CACHE_DIR`` gives one ``CacheWarning``
+    naming the directory and the fix; enough room, or another runtime, gives none."""
+    import collections
+    import types
+    import warnings
+
+    usage = collections.namedtuple("usage", "total used free")
+    asked, free = [], [programs.POCL_CACHE_MIN_FREE - 1]
+
+    def disk_usage(path):
+        asked.append(Path(path))
+        return usage(2**40, 2**40 - free[0], free[0])
+
+    monkeypatch.setattr(programs.shutil, "disk_usage", disk_usage)
+    monkeypatch.setattr(programs, "_pocl_checked", set())
+    pocl_dir = tmp_path / "pocl" / "kcache"           # not created yet: its parent is asked
+    monkeypatch.setenv("POCL_CACHE_DIR", str(pocl_dir))
+    other = types.SimpleNamespace(profile=types.SimpleNamespace(build_cache_dir=lambda: None))
+    programs._check_pocl_cache_space(other)
+    assert not asked                                  # no cache of its own: not checked
+    if device.profile.build_cache_dir() is None:
+        pytest.skip(f"{device.info.describe()} keeps no build cache of its own")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for scale in (11, 12):
+            _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": scale})
+    low = [w for w in record if issubclass(w.category, CacheWarning)]
+    assert len(low) == 1 and asked == [tmp_path], (asked, [str(w.message) for w in record])
+    message = str(low[0].message)
+    assert str(pocl_dir) in message and "POCL_CACHE_DIR" in message, message
+    assert "No space left on device" in message and "below 200 MB" in message, message
+    monkeypatch.setattr(programs, "_pocl_checked", set())
+    free[0] = programs.POCL_CACHE_MIN_FREE            # enough room
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        _fresh(device, {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 13})
+    assert len(asked) == 2
+
+
+def test_pocl_cache_dir_as_pocl_chooses_it(monkeypatch, tmp_path):
+    from pyrnn_cl import _env
+
+    monkeypatch.setenv("POCL_CACHE_DIR", str(tmp_path / "p"))
+    assert _env.pocl_cache_dir() == tmp_path / "p"
+    monkeypatch.delenv("POCL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _env.pocl_cache_dir() == tmp_path / "xdg" / "pocl"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _env.pocl_cache_dir() == tmp_path / "home" / ".cache" / "pocl"
+
+
 def test_no_cache_and_dump_source(binary_cache, cache_dir, monkeypatch):
     device = binary_cache
     monkeypatch.setenv("PYRNN_CL_NO_CACHE", "1")

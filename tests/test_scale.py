@@ -152,11 +152,14 @@ def test_request_above_device_memory_names_the_bytes(device):
     need = T * N * 4 * H * 4
     assert f"{need} bytes" in msg and str(alloc) in msg and f"T={T}" in msg, msg
     assert launch_count() == before
-    # a host array too large for the device is refused before it is copied (no host copy of a
-    # 2^40-byte broadcast view is attempted)
-    huge = np.broadcast_to(np.float32(1), (2 ** 20, 2 ** 10, 2 ** 8))
-    with pytest.raises(rc.UnsupportedError, match=f"source: needs a buffer of {2 ** 40} bytes"):
-        rc.lstm(huge, _r(rng, 4 * H, H), _r(rng, 4 * H, 2 ** 8), device=device)
+    # a host array too large for the device, in a layer whose own buffers fit (I > 4H), is
+    # refused before it is copied (no host copy of the broadcast view is attempted)
+    T3, N3, H3 = 1024, 1024, 16
+    I3 = alloc // (T3 * N3 * 4) + 1
+    huge = np.broadcast_to(np.float32(1), (T3, N3, I3))
+    with pytest.raises(rc.UnsupportedError,
+                       match=f"source: needs a buffer of {huge.size * 4} bytes"):
+        rc.lstm(huge, _r(rng, 4 * H3, H3), _r(rng, 4 * H3, I3), device=device)
     # the cuDNN dialect's reserve space (T*N*(G*H + H + H) per layer)
     kw = dict(rnn_mode="lstm")
     size = rc.cudnn_rnn_params_size(1, H, 1, **kw)
@@ -164,6 +167,63 @@ def test_request_above_device_memory_names_the_bytes(device):
     with pytest.raises(rc.UnsupportedError, match="bytes"):
         rc.cudnn_rnn(np.ones((T2, N, 1), F32), np.zeros((1, N, H), F32),
                      np.zeros((1, N, H), F32), np.zeros(size, F32), device=device)
+
+
+def test_refused_request_copies_nothing(device, monkeypatch):
+    """A request too large for the device is refused by the engine's memory check before any
+    input is made contiguous or copied to the device, in every dialect, forward and gradients:
+    the inputs are stride-0 broadcast views (a host copy would need gigabytes) and
+    ``Call.dev``, the one path that copies an input, fails on anything larger than a weight."""
+    from pyrnn_cl import layout
+
+    glob, alloc = _limits(device)
+    N, H, I = 1000, 16, 1
+    T = max(glob, alloc) // (N * 4 * H * 4) + 2        # gx [T, N, 4H] above both limits
+    copied = []
+    dev = _arrays.Call.dev
+
+    def no_big_copy(self, name, a, shape=None):
+        if isinstance(a, np.ndarray) and a.size > 4 * H * (H + I) + 4 * H:
+            copied.append(name)
+            raise AssertionError(f"{name} ({a.size} elements) copied before the memory check")
+        return dev(self, name, a, shape)
+
+    monkeypatch.setattr(_arrays.Call, "dev", no_big_copy)
+
+    def big(*shape):
+        return np.broadcast_to(np.float32(0.5), shape)
+
+    small = np.full((4 * H, H), 0.1, F32)
+    calls = {
+        "lstm": lambda: rc.lstm(big(T, N, I), small, np.ones((4 * H, I), F32), device=device),
+        "lstm_gradients": lambda: rc.lstm_gradients(
+            big(T, N, I), small, big(T, N, H), big(T, N, 4 * H), big(T, N, H),
+            np.ones((4 * H, I), F32), descriptor=rc.LSTMDescriptor(training=True),
+            device=device),
+        "gru": lambda: rc.gru(big(T, N, 3 * H), np.full((3 * H, H), 0.1, F32),
+                              device=device),
+        "block_lstm": lambda: rc.block_lstm(
+            T, big(T, N, I), big(N, H), big(N, H), np.ones((I + H, 4 * H), F32),
+            *[np.zeros(H, F32)] * 3, np.zeros(4 * H, F32), device=device),
+        "block_lstm_grad": lambda: rc.block_lstm_grad(
+            T, big(T, N, I), big(N, H), big(N, H), np.ones((I + H, 4 * H), F32),
+            *[np.zeros(H, F32)] * 3, np.zeros(4 * H, F32), *[big(T, N, H)] * 9,
+            device=device),
+    }
+    size = rc.cudnn_rnn_params_size(1, H, I, rnn_mode="lstm")
+    cudnn_in = (big(T, N, I), np.zeros((1, N, H), F32), np.zeros((1, N, H), F32),
+                np.zeros(size, F32))
+    calls["cudnn_rnn"] = lambda: rc.cudnn_rnn(*cudnn_in, device=device)
+    lay = layout.make_layout(1, H, I, rnn_mode="lstm")
+    host = layout.host_signature(lay, 4, False, 0.0, 0, 0)
+    calls["cudnn_rnn_backprop"] = lambda: rc.cudnn_rnn_backprop(
+        *cudnn_in, None, big(T, N, H), np.zeros((1, N, H), F32), np.zeros((1, N, H), F32),
+        big(T, N, H), None, None, big(lay.reserve_size(T, N, False)), host, device=device)
+    for op, call in calls.items():
+        with pytest.raises(rc.UnsupportedError, match=r"needs .*GiB") as info:
+            call()
+        assert f"T={T}" in str(info.value), (op, str(info.value))
+        assert not copied, (op, copied)
 
 
 def test_check_memory_global_limit(device):

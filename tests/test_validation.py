@@ -317,10 +317,42 @@ def test_out_of_order_queue_is_refused_and_in_order_ones_work(device):
     expect(ValueError, cudnn_dropout_mask, (T, N, H), 0, 0.5, seed=1, device=ooo,
            names=names, got=False)
 
+
+def test_queue_of_another_context_beside_device_arrays_is_refused(device):
+    """``device=`` a queue of another context than the device arrays passed with it: a
+    ValueError naming the first such array and the context, before anything runs, in every
+    dialect."""
+    import pyopencl as cl
+
+    other_context = cl.Context([device.cl_device])      # kept referenced (Intel's runtime)
+    other = cl.CommandQueue(other_context)
+    names = ["context", "device="]
+    a = {k: cla.to_device(device.queue, v) for k, v in mps_args().items()}
+    expect(ValueError, rc.lstm, **a, device=other, names=["source", *names], got=False)
+    t = {k: cla.to_device(device.queue, v) for k, v in tf_gru_args().items()}
+    expect(ValueError, rc.gru_block_cell, **t, device=other, names=["x", *names], got=False)
+    c, kw = cudnn_args()
+    c = {k: cla.to_device(device.queue, v) if isinstance(v, np.ndarray) else v
+         for k, v in c.items()}
+    expect(ValueError, rc.cudnn_rnn, **c, **kw, device=other, names=["input", *names],
+           got=False)
+
+
+def test_profiling_queue_gives_the_same_result(device):
+    """A queue made with PROFILING_ENABLE (in order) works like the device's own queue: one
+    op, given the queue as ``device=`` or through device arrays made on it, gives bitwise the
+    default queue's answer, which matches the float64 reference."""
+    import pyopencl as cl
+
     profiling = cl.CommandQueue(device.context, device.cl_device,
-                                properties=props.PROFILING_ENABLE)
-    np.testing.assert_array_equal(rc.lstm(**a, device=profiling)[0],
-                                  rc.lstm(**a, device=device)[0])
+                                properties=cl.command_queue_properties.PROFILING_ENABLE)
+    a = mps_args()
+    want = rc.lstm(**a, device=device)[0]
+    np.testing.assert_allclose(want, M.lstm(**a)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(rc.lstm(**a, device=profiling)[0], want)
+    on_queue = rc.lstm(**{k: cla.to_device(profiling, v) for k, v in a.items()})[0]
+    assert on_queue.queue is profiling
+    np.testing.assert_array_equal(on_queue.get(), want)
 
 
 # ---- values, modes and descriptor fields ---------------------------------------------------

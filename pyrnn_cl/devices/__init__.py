@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from .. import _env
+from .. import _env, _lifecycle
 from ..errors import ConfigurationError, DeviceNotFoundError, UnsupportedError
 from .amd import AmdProfile
 from .apple import AppleProfile
@@ -175,6 +175,9 @@ def _enumerate():
     from . import runtimes
 
     runtimes.register()
+    # from the first device query on, a forked child must not use OpenCL: PoCL starts its
+    # worker threads here, and they do not survive fork (pyrnn_cl._lifecycle)
+    _lifecycle.mark_opencl_used()
     try:
         platforms = cl.get_platforms()
     except (cl.Error, RuntimeError, OSError):
@@ -313,6 +316,8 @@ class Device:
     def __init__(self, cl_device, context=None, queue=None, info: DeviceInfo | None = None):
         import pyopencl as cl
 
+        _lifecycle.check_not_forked()
+        _lifecycle.mark_opencl_used()
         self.cl_device = cl_device
         self.info = info if info is not None else DeviceInfo.from_cl(cl_device)
         self.profile = profile_for(self.info)
@@ -472,8 +477,10 @@ def get_device(spec: str | None = None) -> Device:
     """The device for ``spec`` (module docstring), memoized per spec; ``None``: the default.
 
     Raises :class:`~pyrnn_cl.errors.DeviceNotFoundError` listing the devices found and how to
-    install a runtime.
+    install a runtime. In a process forked after its parent used OpenCL devices, raises
+    :class:`~pyrnn_cl.errors.ForkError` (README, "Reliability notes").
     """
+    _lifecycle.check_not_forked()
     if spec is None:
         with _LOCK:
             if _default:
@@ -503,7 +510,10 @@ def set_default_device(spec_or_device) -> Device:
 
 def resolve_device(device=None) -> Device:
     """The :class:`Device` for an op's ``device=`` argument: ``None`` (the default device), a
-    ``Device``, a ``pyopencl.CommandQueue`` (wrapped, the user's queue kept) or a spec string."""
+    ``Device``, a ``pyopencl.CommandQueue`` (wrapped, the user's queue kept) or a spec string.
+    Raises :class:`~pyrnn_cl.errors.ForkError` in a process forked after its parent used
+    OpenCL devices."""
+    _lifecycle.check_not_forked()
     if device is None:
         return get_device()
     if isinstance(device, Device):
