@@ -83,7 +83,7 @@ seeds with its own generator). Forward and backward of one call use the same mas
 import functools
 import threading
 import weakref
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import pyopencl.array as cla
@@ -141,7 +141,7 @@ def _device(key: str):
 # ---- layout of torch's parameters in the flat cuDNN params ------------------------------------
 
 @functools.lru_cache(maxsize=256)
-def _slots(mode, L, H, I, D, P, bias):
+def _slots(mode, L, I, H, D, P, bias):
     """``(layout, [(offset, numel)])``: where each of torch's parameter tensors (order
     ``w_ih, w_hh, [b_ih, b_hh], [w_hr]`` per layer and direction) lies in the flat params. Each is
     one contiguous run (semantics.md §3: W_0..W_{G-1}, R_0..R_{G-1}, W_proj, bW, bR per
@@ -237,11 +237,11 @@ def _forget_params(params):
 # ---- the reserve space between forward and backward -------------------------------------------
 
 class _Reserve:
-    """Device state of one training forward: the inputs as uploaded, the reserve space and
-    ``host_reserved``; ``ref`` is a weak reference to the storage of the ``host_reserved``
+    """Device state of one training forward: the inputs as uploaded and the reserve space;
+    ``ref`` is a weak reference to the storage of the ``host_reserved``
     tensor the forward returned."""
 
-    __slots__ = ("ref", "x", "h0", "c0", "reserve", "host")
+    __slots__ = ("ref", "x", "h0", "c0", "reserve")
 
 
 _RESERVES = {}            # id(storage of host_reserved) -> _Reserve
@@ -254,12 +254,12 @@ def _drop_reserve(key, ref):
             del _RESERVES[key]
 
 
-def _keep_reserve(host_t, x, h0, c0, reserve, host):
+def _keep_reserve(host_t, x, h0, c0, reserve):
     storage = host_t.untyped_storage()
     key = id(storage)
     entry = _Reserve()
     entry.ref = weakref.ref(storage, functools.partial(_drop_reserve, key))
-    entry.x, entry.h0, entry.c0, entry.reserve, entry.host = x, h0, c0, reserve, host
+    entry.x, entry.h0, entry.c0, entry.reserve = x, h0, c0, reserve
     with _LOCK:
         _RESERVES[key] = entry
 
@@ -274,62 +274,77 @@ def _find_reserve(host_t):
 
 # ---- the operators ----------------------------------------------------------------------------
 
-def _kwargs(mode, bidirectional, proj_size, dropout, seeds, batch_first, dev):
-    seed, seed2 = (int(s) for s in seeds.tolist())
-    return dict(rnn_mode=mode, direction="bidirectional" if bidirectional else "unidirectional",
-                dropout=dropout, seed=seed, seed2=seed2, num_proj=proj_size,
-                time_major=not batch_first, device=dev)
+class _Attrs(NamedTuple):
+    """The non-tensor arguments of both ops, in their schemas' order."""
+
+    mode: str
+    num_layers: int
+    input_size: int
+    hidden_size: int
+    bidirectional: bool
+    proj_size: int
+    bias: bool
+    dropout: float
+    batch_first: bool
+
+    def slots(self):
+        return _slots(self.mode, self.num_layers, self.input_size, self.hidden_size,
+                      2 if self.bidirectional else 1, self.proj_size, self.bias)
+
+    def kwargs(self, seeds, dev):
+        seed, seed2 = (int(s) for s in seeds.tolist())
+        return dict(rnn_mode=self.mode,
+                    direction="bidirectional" if self.bidirectional else "unidirectional",
+                    dropout=self.dropout, seed=seed, seed2=seed2, num_proj=self.proj_size,
+                    time_major=not self.batch_first, device=dev)
 
 
 def _lengths(lengths):
     return None if lengths is None else lengths.numpy().astype(np.int64)
 
 
-def _run_forward(x, h0, c0, params, lengths, seeds, mode, num_layers, hidden_size,
-                 bidirectional, proj_size, bias, dropout, batch_first, training, device):
+def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device):
     """The device side of ``pyrnn_cl::rnn``: ``(x_d, h0_d, c0_d, cudnn_rnn's results)``."""
     dev = _device(device)
-    lay, slots = _slots(mode, num_layers, hidden_size, x.shape[-1],
-                        2 if bidirectional else 1, proj_size, bias)
+    lay, slots = attrs.slots()
     p_d = _device_params(dev, device, slots, lay.size, params)
-    lstm = mode == "lstm"
     x_d, h0_d = _upload(dev, x), _upload(dev, h0)
-    c0_d = _upload(dev, c0) if lstm else None
+    c0_d = _upload(dev, c0) if attrs.mode == "lstm" else None
     res = _cudnn.cudnn_rnn(x_d, h0_d, c0_d, p_d, _lengths(lengths), is_training=training,
-                           **_kwargs(mode, bidirectional, proj_size, dropout, seeds,
-                                     batch_first, dev))
+                           **attrs.kwargs(seeds, dev))
     return x_d, h0_d, c0_d, res
 
 
 @torch.library.custom_op("pyrnn_cl::rnn", mutates_args=())
 def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Optional[Tensor],
-            seeds: Tensor, mode: str, num_layers: int, hidden_size: int, bidirectional: bool,
-            proj_size: int, bias: bool, dropout: float, batch_first: bool, training: bool,
-            device: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            seeds: Tensor, mode: str, num_layers: int, input_size: int, hidden_size: int,
+            bidirectional: bool, proj_size: int, bias: bool, dropout: float, batch_first: bool,
+            training: bool, device: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``rc.cudnn_rnn`` on CPU tensors: ``x`` ``[T, N, I]`` (``[N, T, I]`` with
     ``batch_first``), ``h0`` ``[L·D, N, R]``, ``c0`` ``[L·D, N, H]`` (LSTM; empty otherwise),
     ``params`` torch's parameter tensors in ``_flat_parameters`` order, ``lengths`` int64
     ``[N]`` or None, ``seeds`` int64 ``[2]`` (dropout). Returns ``output``, ``h_n``, ``c_n``
     (empty for non-LSTM modes) and ``host_reserved`` (int8 ``[16]``; empty unless
     ``training``), which keys the device state that ``pyrnn_cl::rnn_backward`` reads."""
+    attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
+                   dropout, batch_first)
     x_d, h0_d, c0_d, (out, hn, cn, reserve, host) = _run_forward(
-        x, h0, c0, params, lengths, seeds, mode, num_layers, hidden_size, bidirectional,
-        proj_size, bias, dropout, batch_first, training, device)
+        x, h0, c0, params, lengths, seeds, attrs, training, device)
     host_t = _download(host)
     if training:
-        _keep_reserve(host_t, x_d, h0_d, c0_d, reserve, host_t.numpy())
+        _keep_reserve(host_t, x_d, h0_d, c0_d, reserve)
     return _download(out), _download(hn), _download(cn), host_t
 
 
 @_rnn_op.register_fake
-def _rnn_fake(x, h0, c0, params, lengths, seeds, mode, num_layers, hidden_size, bidirectional,
-              proj_size, bias, dropout, batch_first, training, device):
-    D = 2 if bidirectional else 1
-    R = proj_size or hidden_size
-    T, N = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
-    out = x.new_empty((N, T, D * R) if batch_first else (T, N, D * R))
-    hn = x.new_empty((num_layers * D, N, R))
-    cn = x.new_empty((num_layers * D, N, hidden_size) if mode == "lstm" else (0,))
+def _rnn_fake(x, h0, c0, params, lengths, seeds, *attrs_training_device):
+    a = _Attrs(*attrs_training_device[:len(_Attrs._fields)])
+    training = attrs_training_device[len(_Attrs._fields)]
+    D, R = 2 if a.bidirectional else 1, a.proj_size or a.hidden_size
+    T, N = (x.shape[1], x.shape[0]) if a.batch_first else (x.shape[0], x.shape[1])
+    out = x.new_empty((N, T, D * R) if a.batch_first else (T, N, D * R))
+    hn = x.new_empty((a.num_layers * D, N, R))
+    cn = x.new_empty((a.num_layers * D, N, a.hidden_size) if a.mode == "lstm" else (0,))
     host = x.new_empty((HOST_RESERVED_SIZE if training else 0,), dtype=torch.int8)
     return out, hn, cn, host
 
@@ -338,14 +353,16 @@ def _rnn_fake(x, h0, c0, params, lengths, seeds, mode, num_layers, hidden_size, 
 def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
                      lengths: Optional[Tensor], seeds: Tensor, host_reserved: Tensor,
                      d_output: Optional[Tensor], d_h_n: Optional[Tensor],
-                     d_c_n: Optional[Tensor], mode: str, num_layers: int, hidden_size: int,
-                     bidirectional: bool, proj_size: int, bias: bool, dropout: float,
-                     batch_first: bool, device: str,
+                     d_c_n: Optional[Tensor], mode: str, num_layers: int, input_size: int,
+                     hidden_size: int, bidirectional: bool, proj_size: int, bias: bool,
+                     dropout: float, batch_first: bool, device: str,
                      params_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``rc.cudnn_rnn_backprop`` for a training forward of ``pyrnn_cl::rnn`` with these
     arguments; ``d_*`` may be None (zero). Returns ``dx``, ``dh0``, ``dc0`` (empty for non-LSTM
     modes) and the flat ``dparams`` (``cudnn_rnn_params_size`` elements; empty unless
     ``params_grad``)."""
+    attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
+                   dropout, batch_first)
     if host_reserved.numel() == 0:
         raise RuntimeError("pyrnn_cl::rnn_backward: host_reserved is empty (the forward ran "
                            "with training=False and saved nothing for backward)")
@@ -353,47 +370,40 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
     dev = _device(device)
     if entry is None:           # no device state for this forward: rebuild it, same result
         x_d, h0_d, c0_d, (_, _, _, reserve, _) = _run_forward(
-            x, h0, c0, params, lengths, seeds, mode, num_layers, hidden_size, bidirectional,
-            proj_size, bias, dropout, batch_first, True, device)
+            x, h0, c0, params, lengths, seeds, attrs, True, device)
         STATS["reserve_recomputes"] += 1
     else:
         x_d, h0_d, c0_d, reserve = entry.x, entry.h0, entry.c0, entry.reserve
         STATS["reserve_hits"] += 1
-    lay, slots = _slots(mode, num_layers, hidden_size, x.shape[-1],
-                        2 if bidirectional else 1, proj_size, bias)
+    lay, slots = attrs.slots()
     p_d = _device_params(dev, device, slots, lay.size, params)
-    lstm = mode == "lstm"
     dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
         x_d, h0_d, c0_d, p_d, _lengths(lengths), None, None, None, _upload(dev, d_output),
-        _upload(dev, d_h_n), _upload(dev, d_c_n) if lstm else None, reserve,
-        _numpy(host_reserved), **_kwargs(mode, bidirectional, proj_size, dropout, seeds,
-                                         batch_first, dev))
+        _upload(dev, d_h_n), _upload(dev, d_c_n) if mode == "lstm" else None, reserve,
+        _numpy(host_reserved), **attrs.kwargs(seeds, dev))
     dflat = _download(dparams) if params_grad else x.new_empty(0)
     return _download(dx), _download(dh0), _download(dc0), dflat
 
 
 @_rnn_backward_op.register_fake
 def _rnn_backward_fake(x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_h_n, d_c_n,
-                       mode, num_layers, hidden_size, bidirectional, proj_size, bias, dropout,
-                       batch_first, device, params_grad):
-    lay, _ = _slots(mode, num_layers, hidden_size, x.shape[-1], 2 if bidirectional else 1,
-                    proj_size, bias)
-    dc0 = torch.empty_like(c0) if mode == "lstm" else x.new_empty(0)
+                       *attrs_device_grad):
+    a = _Attrs(*attrs_device_grad[:len(_Attrs._fields)])
+    params_grad = attrs_device_grad[-1]
+    lay, _ = a.slots()
+    dc0 = torch.empty_like(c0) if a.mode == "lstm" else x.new_empty(0)
     return (torch.empty_like(x), torch.empty_like(h0), dc0,
             x.new_empty(lay.size if params_grad else 0))
 
 
-_FWD_ARGS = ("x", "h0", "c0", "params", "lengths", "seeds", "mode", "num_layers",
-             "hidden_size", "bidirectional", "proj_size", "bias", "dropout", "batch_first",
-             "training", "device")
+_TENSOR_ARGS = 6              # x, h0, c0, params, lengths, seeds: then _Attrs, training, device
 
 
 def _setup_context(ctx, inputs, output):
-    a = dict(zip(_FWD_ARGS, inputs))
-    ctx.save_for_backward(a["x"], a["h0"], a["c0"], a["lengths"], a["seeds"], output[3],
-                          *a["params"])
-    ctx.attrs = tuple(a[k] for k in ("mode", "num_layers", "hidden_size", "bidirectional",
-                                     "proj_size", "bias", "dropout", "batch_first", "device"))
+    x, h0, c0, params, lengths, seeds = inputs[:_TENSOR_ARGS]
+    ctx.save_for_backward(x, h0, c0, lengths, seeds, output[3], *params)
+    ctx.attrs = _Attrs(*inputs[_TENSOR_ARGS:_TENSOR_ARGS + len(_Attrs._fields)])
+    ctx.device = inputs[-1]
 
 
 def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
@@ -404,17 +414,17 @@ def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
             "differentiable); use torch.nn's module where second derivatives are needed")
     x, h0, c0, lengths, seeds, host, *params = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    mode, L, H, bidirectional, P, bias, dropout, batch_first, device = ctx.attrs
     need_p = list(needs[3])
     dx, dh0, dc0, dflat = torch.ops.pyrnn_cl.rnn_backward(
-        x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, mode, L, H,
-        bidirectional, P, bias, dropout, batch_first, device, any(need_p))
-    _, slots = _slots(mode, L, H, x.shape[-1], 2 if bidirectional else 1, P, bias)
+        x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, *ctx.attrs,
+        ctx.device, any(need_p))
+    _, slots = ctx.attrs.slots()
     pgrads = [dflat[off:off + n].view(p.shape) if need else None
               for (off, n), p, need in zip(slots, params, need_p)]
+    lstm = ctx.attrs.mode == "lstm"
     return ((dx if needs[0] else None, dh0 if needs[1] else None,
-             dc0 if (needs[2] and mode == "lstm") else None, pgrads)
-            + (None,) * (len(_FWD_ARGS) - 4))
+             dc0 if (needs[2] and lstm) else None, pgrads)
+            + (None,) * (len(needs) - 4))
 
 
 _rnn_op.register_autograd(_rnn_autograd, setup_context=_setup_context)
@@ -547,14 +557,17 @@ class _CLRNNMixin:
         drop = self.training and self.dropout > 0 and self.num_layers > 1
         seeds = (torch.randint(0, 2**31 - 1, (2,)) if drop
                  else torch.zeros(2, dtype=torch.int64))
+        # saved for backward in training mode, and when a gradient is wanted in eval mode (the
+        # flag does not follow grad mode alone: a graph traced by torch.jit.trace, whose check
+        # reruns it without grad, would differ)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or h0.requires_grad or (lstm and c0.requires_grad)
             or any(p.requires_grad for p in flat))
         out, hn, cn, _ = torch.ops.pyrnn_cl.rnn(
             x, h0, c0 if lstm else x.new_empty(0), flat, lengths, seeds, _MODES[self.mode],
-            self.num_layers, self.hidden_size, self.bidirectional, self.proj_size,
-            bool(self.bias), float(self.dropout) if drop else 0.0, batch_first,
-            bool(needs_grad or drop), self._cl_device_ref.key)
+            self.num_layers, self.input_size, self.hidden_size, self.bidirectional,
+            self.proj_size, bool(self.bias), float(self.dropout) if drop else 0.0, batch_first,
+            bool(needs_grad or self.training), self._cl_device_ref.key)
 
         if packed:
             if input.sorted_indices is not None:
