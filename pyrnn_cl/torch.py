@@ -92,6 +92,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import cudnn as _cudnn
+from ._arrays import temporary
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError
 from .layout import HOST_RESERVED_SIZE, make_layout
@@ -165,12 +166,16 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 
 def _upload(dev, t: Optional[Tensor]):
+    """``t`` on the device, in memory of the device's pool (:func:`pyrnn_cl._arrays.temporary`:
+    no fresh pages to fault in on every call)."""
     if t is None:
         return None
     a = _numpy(t)
     if a.size == 0:
         return cla.empty(dev.queue, a.shape, a.dtype)
-    return cla.to_device(dev.queue, a)
+    out = temporary(dev, a.shape, a.dtype)
+    out.set(a)
+    return out
 
 
 def _download(a) -> Tensor:
