@@ -202,6 +202,14 @@ def _drop_params(key, ref):
             del _PARAMS[key]
 
 
+def _same_bits(p, host):
+    """Whether parameter ``p`` holds exactly the bits of the flat host copy ``host`` (NumPy on
+    integer views: exact, and ~100x faster than ``torch.equal`` next to busy OpenCL threads)."""
+    a = _numpy(p).reshape(-1)
+    ints = np.dtype(f"i{a.dtype.itemsize}")
+    return np.array_equal(a.view(ints), host.view(ints))
+
+
 def _device_params(dev, dkey, slots, size, params):
     """The flat params of ``params`` on ``dev``.
 
@@ -214,15 +222,14 @@ def _device_params(dev, dkey, slots, size, params):
     entry = _PARAMS.get(key)
     if (entry is not None and entry.versions == versions
             and all(r() is p.untyped_storage() for r, p in zip(entry.refs, params))
-            and all(torch.equal(p.detach().reshape(-1), entry.host[off:off + n])
-                    for (off, n), p in zip(slots, params))):
+            and all(_same_bits(p, entry.host[off:off + n]) for (off, n), p in zip(slots, params))):
         return entry.array
     flat = torch.zeros(size, dtype=params[0].dtype)
     for (off, n), p in zip(slots, params):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
     entry.array = cla.to_device(dev.queue, flat.numpy())
-    entry.host, entry.versions = flat, versions
+    entry.host, entry.versions = flat.numpy(), versions
     entry.refs = [weakref.ref(p.untyped_storage(), functools.partial(_drop_params, key))
                   for p in params]
     with _LOCK:
