@@ -416,6 +416,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, h0, c0, lengths, seeds, output[3], *params)
     ctx.attrs = _Attrs(*inputs[_TENSOR_ARGS:_TENSOR_ARGS + len(_Attrs._fields)])
     ctx.device = inputs[-1]
+    ctx.set_materialize_grads(False)       # an unused output's gradient stays None: no upload
 
 
 def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
