@@ -133,6 +133,18 @@ def test_compile_model_without_graph_break(device):
         assert (a - b).abs().max().item() <= TOL * max(1.0, b.abs().max().item()), name
 
 
+def test_torch_nn_lstm_still_compiles_correctly():
+    """Importing pyrnn_cl.torch sets Dynamo's allow_rnn (so that our subclasses of
+    torch.nn.LSTM are traced); torch.nn's own LSTM, now traced too, gives its eager results."""
+    assert torch._dynamo.config.allow_rnn
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(I, H, num_layers=2, dtype=torch.float64)
+    x = torch.randn(T, N, I, dtype=torch.float64)
+    want = ref(x)[0]
+    got = torch.compile(ref)(x)[0]
+    assert (got - want).abs().max().item() <= TOL
+
+
 def test_jit_trace_runs(device):
     ours, ref = _pair("GRU", device)
     x, h0 = _inputs("GRU")
