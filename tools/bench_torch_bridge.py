@@ -3,11 +3,11 @@ the same ``rc.cudnn_rnn`` + ``rc.cudnn_rnn_backprop`` calls on device arrays (wh
 runs, without torch and without host transfers).
 
 Usage: ``python tools/bench_torch_bridge.py [--device pocl] [--mode lstm] [--hidden 256]
-[--input 256] [--batch 32] [--steps 50] [--repeat 20]``. Prints the median time of each and
-their ratio (device-array time / bridge time: 1.0 means no overhead). The bridge's time
-includes what cannot be avoided with torch on the CPU: uploading the input and initial states,
-downloading the outputs, uploading their gradients and downloading the input, state and
-parameter gradients.
+[--input 256] [--batch 32] [--steps 50] [--repeat 20]``. Prints the median time of each
+(calls interleaved) and their ratio (device-array time / bridge time: 1.0 means no overhead).
+The bridge's time includes what cannot be avoided with torch on the CPU: uploading the input
+and initial states, downloading the outputs, uploading their gradients and downloading the
+input, state and parameter gradients.
 """
 import argparse
 import statistics
@@ -24,15 +24,20 @@ from pyrnn_cl.devices import get_device
 CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN"}
 
 
-def _median_ms(fn, repeat):
-    fn()                                 # warm-up: kernel builds, pools, caches
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+def _medians_ms(fns, repeat):
+    """Median wall time of each function, called in turn ``repeat`` times (interleaved, so that
+    a change in the machine's load affects all of them alike), after two warm-up rounds
+    (kernel builds, pools, caches)."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [1e3 * statistics.median(ts) for ts in times]
 
 
 def main(argv=None):
@@ -49,21 +54,21 @@ def main(argv=None):
     T, N, I, H = a.steps, a.batch, a.input, a.hidden
     torch.manual_seed(0)
     m = getattr(rt, CLASSES[a.mode])(I, H, cl_device=a.device)
-    x = torch.randn(T, N, I)
+    x = torch.randn(T, N, I, requires_grad=True)
     gy = torch.randn(T, N, H)
 
     def bridge():
         m.zero_grad(set_to_none=True)
-        xs = x.clone().requires_grad_()
-        y, _ = m(xs)
+        x.grad = None
+        y, _ = m(x)
         y.backward(gy)
-        return xs.grad
+        return x.grad
 
     lstm = a.mode == "lstm"
     q = dev.queue
     params = cla.to_device(q, torch.cat([p.detach().reshape(-1) for p in m.parameters()])
                            .numpy()[:rc.cudnn_rnn_params_size(1, H, I, rnn_mode=a.mode)])
-    x_d = cla.to_device(q, x.numpy())
+    x_d = cla.to_device(q, x.detach().numpy())
     h0 = cla.zeros(q, (1, N, H), np.float32)
     c0 = cla.zeros(q, (1, N, H), np.float32) if lstm else None
     gy_d = cla.to_device(q, gy.numpy())
@@ -76,8 +81,7 @@ def main(argv=None):
         q.finish()
         return dx
 
-    t_direct = _median_ms(direct, a.repeat)
-    t_bridge = _median_ms(bridge, a.repeat)
+    t_direct, t_bridge = _medians_ms((direct, bridge), a.repeat)
     print(f"{a.mode} I={I} H={H} N={N} T={T} on {dev.info.name} ({a.device}), fwd+bwd, median "
           f"of {a.repeat}")
     print(f"  rc.cudnn_rnn + backprop on device arrays: {t_direct:8.2f} ms")
