@@ -98,6 +98,26 @@ def test_export_matches_torch_nn(cls, device):
     _assert_close(_results(mod, params, args), want)
 
 
+def test_exported_program_saved_and_loaded(device):
+    """An ExportedProgram of a module built with a device spec string survives
+    torch.export.save/load (the ops are found by name once pyrnn_cl.torch is imported)."""
+    import io
+
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(I, H, **KW)
+    ours = rt.GRU(I, H, cl_device=device.info.index, **KW)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    x, h0 = _inputs("GRU")
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(ours, (x, h0)), buf)
+    buf.seek(0)
+    loaded = torch.export.load(buf).module()
+    with torch.no_grad():
+        y, hn = loaded(x, h0)
+        y_ref, hn_ref = ref(x, h0)
+    assert (y - y_ref).abs().max().item() <= TOL and (hn - hn_ref).abs().max().item() <= TOL
+
+
 def test_compile_model_without_graph_break(device):
     """A model with a pyrnn_cl LSTM between torch layers compiles into one graph, and trains:
     its parameters after two SGD steps equal those of the same model on torch.nn."""
