@@ -64,7 +64,8 @@ string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Devic
 ``pyopencl.CommandQueue``. A spec string keeps the module picklable and an exported program
 valid in another process.
 
-**torch.compile.** Dynamo graph-breaks on every instance of ``torch.nn.RNN/LSTM/GRU`` unless
+**torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
+not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of ``torch.nn.RNN/LSTM/GRU`` unless
 ``torch._dynamo.config.allow_rnn`` is set (its only effect), and these modules are such
 instances; importing this module sets it to ``True`` when it still holds its default, which also
 lets Dynamo trace torch.nn's own RNN modules. Set it back to ``False`` to restore Dynamo's

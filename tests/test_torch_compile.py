@@ -78,10 +78,14 @@ def test_compile_fullgraph_matches_torch_nn(cls, device):
     compiled = torch.compile(ours, fullgraph=True)
     want = _results(ref, dict(ref.named_parameters()), args)
     _assert_close(_results(compiled, dict(ours.named_parameters()), args), want)
-    # a second call reuses the compiled graph (and the device copy of the parameters)
-    uploads = rt.STATS["params_uploads"]
+    # a second call reuses the compiled graph, the device copy of the parameters and, from
+    # forward to backward, the reserve space on the device (found, not recomputed)
+    uploads, hits = rt.STATS["params_uploads"], rt.STATS["reserve_hits"]
+    recomputes = rt.STATS["reserve_recomputes"]
     _assert_close(_results(compiled, dict(ours.named_parameters()), args), want)
     assert rt.STATS["params_uploads"] == uploads
+    assert rt.STATS["reserve_hits"] == hits + 1
+    assert rt.STATS["reserve_recomputes"] == recomputes
 
 
 @pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
