@@ -65,11 +65,12 @@ string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Devic
 valid in another process.
 
 **torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
-not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of ``torch.nn.RNN/LSTM/GRU`` unless
-``torch._dynamo.config.allow_rnn`` is set (its only effect), and these modules are such
-instances; importing this module sets it to ``True`` when it still holds its default, which also
-lets Dynamo trace torch.nn's own RNN modules. Set it back to ``False`` to restore Dynamo's
-default (the modules then run outside the compiled graph, correctly).
+not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of
+``torch.nn.RNN/LSTM/GRU`` unless ``torch._dynamo.config.allow_rnn`` is set (its only effect),
+and these modules are such instances; importing this module sets it to ``True`` when it still
+holds its default, which also lets Dynamo trace torch.nn's own RNN modules. Set it back to
+``False`` to restore Dynamo's default (the modules then run outside the compiled graph,
+correctly).
 
 Dropout (``dropout > 0``, ``num_layers > 1``, training mode) is applied between layers as in
 torch.nn, but the mask comes from pyrnn_cl's counter-based Philox generator keyed by two seeds
