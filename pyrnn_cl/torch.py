@@ -56,7 +56,11 @@ cross to the device and back once each.
 ``ctx.save_for_backward``, so modifying any of them in place between forward and backward
 raises torch's usual version-counter ``RuntimeError``. Any subset may require gradients.
 Double backward is not supported: a backward with ``create_graph=True`` raises a
-``RuntimeError`` as soon as it reaches these modules (no term is dropped silently).
+``RuntimeError`` as soon as it reaches these modules (no term is dropped silently). The forward
+keeps its state for backward in training mode and whenever a gradient is wanted (the op's
+``training`` flag is a constant of a traced graph: a program exported from a module whose
+parameters require grad keeps it, and keeps state it may not need); the gradient of an unused
+output is not materialised (nothing is uploaded for it).
 
 Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32 and float64
 (float64 needs ``cl_khr_fp64``). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
