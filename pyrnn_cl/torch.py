@@ -19,8 +19,8 @@ pyrnn_cl's and torch's types.
 * ``pyrnn_cl::rnn(x, h0, c0, params, lengths, seeds, …) -> (output, h_n, c_n, host_reserved)``
   calls :func:`pyrnn_cl.cudnn_rnn`;
 * ``pyrnn_cl::rnn_backward(…, host_reserved, d_output, d_h_n, d_c_n, …) -> (dx, dh0, dc0,
-  dparams)`` calls :func:`pyrnn_cl.cudnn_rnn_backprop`; it is the first op's autograd formula
-  (``register_autograd``), which maps the flat ``dparams`` back onto the parameters as views.
+  param_grads)`` calls :func:`pyrnn_cl.cudnn_rnn_backprop`; it is the first op's autograd
+  formula (``register_autograd``).
 
 Both have fake (meta) implementations that give the output shapes, so ``torch.compile`` (with
 ``fullgraph=True``: no graph break inside the modules) and ``torch.export`` trace through them,
@@ -45,8 +45,9 @@ table of ``cl_device`` objects).
   only copy of anything: a backward whose ``host_reserved`` has no entry (a copied tensor, an
   exported program loaded elsewhere) runs the forward again on the device to rebuild the reserve
   space (the kernels are deterministic, dropout included), which gives the same gradients.
-* The gradient of every parameter is downloaded once, as the flat ``dparams``, and handed to
-  autograd as views of it.
+* The gradient of every parameter is downloaded once, from its run of the flat ``dparams``
+  straight into a fresh tensor that autograd then takes as the parameter's ``.grad`` (no host
+  copy).
 
 The transfers left per call are the input, the initial states and the outputs (forward) and
 their gradients (backward): torch has no OpenCL device, so its tensors live on the CPU and
@@ -92,6 +93,7 @@ import weakref
 from typing import NamedTuple, Optional
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 import torch
 from torch import Tensor, nn
@@ -188,6 +190,19 @@ def _download(a) -> Tensor:
     if a.size == 0:
         return torch.from_numpy(np.zeros(a.shape, a.dtype))
     return torch.from_numpy(a.get())
+
+
+def _download_runs(flat, slots, params) -> list:
+    """Each parameter's run of the device array ``flat`` read into a new tensor of its shape:
+    every read enqueued, then one wait."""
+    isz = flat.dtype.itemsize
+    outs = [torch.empty(p.shape, dtype=p.dtype) for p in params]
+    for (off, n), out in zip(slots, outs):
+        if n:
+            cl.enqueue_copy(flat.queue, out.numpy(), flat.base_data,
+                            src_offset=flat.offset + off * isz, is_blocking=False)
+    flat.queue.finish()
+    return outs
 
 
 class _ParamsEntry:
@@ -374,10 +389,10 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
                      d_c_n: Optional[Tensor], mode: str, num_layers: int, input_size: int,
                      hidden_size: int, bidirectional: bool, proj_size: int, bias: bool,
                      dropout: float, batch_first: bool, device: str,
-                     params_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     params_grad: bool) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     """``rc.cudnn_rnn_backprop`` for a training forward of ``pyrnn_cl::rnn`` with these
     arguments; ``d_*`` may be None (zero). Returns ``dx``, ``dh0``, ``dc0`` (empty for non-LSTM
-    modes) and the flat ``dparams`` (``cudnn_rnn_params_size`` elements; empty unless
+    modes) and the gradient of each tensor of ``params`` (an empty list unless
     ``params_grad``)."""
     attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
                    dropout, batch_first)
@@ -399,8 +414,8 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
         x_d, h0_d, c0_d, p_d, _lengths(lengths), None, None, None, _upload(dev, d_output),
         _upload(dev, d_h_n), _upload(dev, d_c_n) if mode == "lstm" else None, reserve,
         _numpy(host_reserved), **attrs.kwargs(seeds, dev))
-    dflat = _download(dparams) if params_grad else x.new_empty(0)
-    return _download(dx), _download(dh0), _download(dc0), dflat
+    grads = _download_runs(dparams, slots, params) if params_grad else []
+    return _download(dx), _download(dh0), _download(dc0), grads
 
 
 @_rnn_backward_op.register_fake
@@ -411,7 +426,7 @@ def _rnn_backward_fake(x, h0, c0, params, lengths, seeds, host_reserved, d_outpu
     lay, _ = a.slots()
     dc0 = torch.empty_like(c0) if a.mode == "lstm" else x.new_empty(0)
     return (torch.empty_like(x), torch.empty_like(h0), dc0,
-            x.new_empty(lay.size if params_grad else 0))
+            [p.new_empty(p.shape) for p in params] if params_grad else [])
 
 
 _TENSOR_ARGS = 6              # x, h0, c0, params, lengths, seeds: then _Attrs, training, device
@@ -434,12 +449,11 @@ def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
     x, h0, c0, lengths, seeds, host, *params = ctx.saved_tensors
     needs = ctx.needs_input_grad
     need_p = list(needs[3])
-    dx, dh0, dc0, dflat = torch.ops.pyrnn_cl.rnn_backward(
+    dx, dh0, dc0, grads = torch.ops.pyrnn_cl.rnn_backward(
         x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, *ctx.attrs,
         ctx.device, any(need_p))
-    _, slots = ctx.attrs.slots()
-    pgrads = [dflat[off:off + n].view(p.shape) if need else None
-              for (off, n), p, need in zip(slots, params, need_p)]
+    pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
+              else [None] * len(params))
     lstm = ctx.attrs.mode == "lstm"
     return ((dx if needs[0] else None, dh0 if needs[1] else None,
              dc0 if (needs[2] and lstm) else None, pgrads)
