@@ -88,14 +88,21 @@ seeds with its own generator). Forward and backward of one call use the same mas
 """
 
 import functools
+import hashlib
 import threading
 import weakref
+from pathlib import Path
 from typing import NamedTuple, Optional
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
-import torch
+
+try:
+    import torch
+except ImportError as _exc:
+    raise ImportError(f'pyrnn_cl.torch needs PyTorch ({_exc}): pip install "pyrnn_cl[torch]"',
+                      name="torch") from _exc
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
@@ -307,6 +314,13 @@ def _find_reserve(host_t):
 
 # ---- the operators ----------------------------------------------------------------------------
 
+#: The last argument of both ops: a digest of this file. torch's persistent compile caches
+#: (AOTAutograd's and Inductor's, on disk) key a compiled graph on the traced graph, which holds
+#: the ops by name but not the autograd formula or the fake implementations traced through them;
+#: with this constant in the graph, a graph traced through another version of this file is
+#: never reused. The ops accept any value (an exported program of another version runs).
+_REVISION = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+
 class _Attrs(NamedTuple):
     """The non-tensor arguments of both ops, in their schemas' order."""
 
@@ -352,7 +366,8 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device):
 def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Optional[Tensor],
             seeds: Tensor, mode: str, num_layers: int, input_size: int, hidden_size: int,
             bidirectional: bool, proj_size: int, bias: bool, dropout: float, batch_first: bool,
-            training: bool, device: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            training: bool, device: str,
+            revision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``rc.cudnn_rnn`` on CPU tensors: ``x`` ``[T, N, I]`` (``[N, T, I]`` with
     ``batch_first``), ``h0`` ``[L·D, N, R]``, ``c0`` ``[L·D, N, H]`` (LSTM; empty otherwise),
     ``params`` torch's parameter tensors in ``_flat_parameters`` order, ``lengths`` int64
@@ -370,9 +385,9 @@ def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Op
 
 
 @_rnn_op.register_fake
-def _rnn_fake(x, h0, c0, params, lengths, seeds, *attrs_training_device):
-    a = _Attrs(*attrs_training_device[:len(_Attrs._fields)])
-    training = attrs_training_device[len(_Attrs._fields)]
+def _rnn_fake(x, h0, c0, params, lengths, seeds, *attrs_training_device_revision):
+    a = _Attrs(*attrs_training_device_revision[:len(_Attrs._fields)])
+    training = attrs_training_device_revision[len(_Attrs._fields)]
     D, R = 2 if a.bidirectional else 1, a.proj_size or a.hidden_size
     T, N = (x.shape[1], x.shape[0]) if a.batch_first else (x.shape[0], x.shape[1])
     out = x.new_empty((N, T, D * R) if a.batch_first else (T, N, D * R))
@@ -388,8 +403,8 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
                      d_output: Optional[Tensor], d_h_n: Optional[Tensor],
                      d_c_n: Optional[Tensor], mode: str, num_layers: int, input_size: int,
                      hidden_size: int, bidirectional: bool, proj_size: int, bias: bool,
-                     dropout: float, batch_first: bool, device: str,
-                     params_grad: bool) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
+                     dropout: float, batch_first: bool, device: str, params_grad: bool,
+                     revision: str) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     """``rc.cudnn_rnn_backprop`` for a training forward of ``pyrnn_cl::rnn`` with these
     arguments; ``d_*`` may be None (zero). Returns ``dx``, ``dh0``, ``dc0`` (empty for non-LSTM
     modes) and the gradient of each tensor of ``params`` (an empty list unless
@@ -420,23 +435,23 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
 
 @_rnn_backward_op.register_fake
 def _rnn_backward_fake(x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_h_n, d_c_n,
-                       *attrs_device_grad):
-    a = _Attrs(*attrs_device_grad[:len(_Attrs._fields)])
-    params_grad = attrs_device_grad[-1]
+                       *attrs_device_grad_revision):
+    a = _Attrs(*attrs_device_grad_revision[:len(_Attrs._fields)])
+    params_grad = attrs_device_grad_revision[-2]
     lay, _ = a.slots()
     dc0 = torch.empty_like(c0) if a.mode == "lstm" else x.new_empty(0)
     return (torch.empty_like(x), torch.empty_like(h0), dc0,
             [p.new_empty(p.shape) for p in params] if params_grad else [])
 
 
-_TENSOR_ARGS = 6              # x, h0, c0, params, lengths, seeds: then _Attrs, training, device
+_TENSOR_ARGS = 6      # x, h0, c0, params, lengths, seeds; then _Attrs, training, device, revision
 
 
 def _setup_context(ctx, inputs, output):
     x, h0, c0, params, lengths, seeds = inputs[:_TENSOR_ARGS]
     ctx.save_for_backward(x, h0, c0, lengths, seeds, output[3], *params)
     ctx.attrs = _Attrs(*inputs[_TENSOR_ARGS:_TENSOR_ARGS + len(_Attrs._fields)])
-    ctx.device = inputs[-1]
+    ctx.device = inputs[-2]
     ctx.set_materialize_grads(False)       # an unused output's gradient stays None: no upload
 
 
@@ -451,7 +466,7 @@ def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
     need_p = list(needs[3])
     dx, dh0, dc0, grads = torch.ops.pyrnn_cl.rnn_backward(
         x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, *ctx.attrs,
-        ctx.device, any(need_p))
+        ctx.device, any(need_p), _REVISION)
     pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
               else [None] * len(params))
     lstm = ctx.attrs.mode == "lstm"
@@ -600,7 +615,7 @@ class _CLRNNMixin:
             x, h0, c0 if lstm else x.new_empty(0), flat, lengths, seeds, _MODES[self.mode],
             self.num_layers, self.input_size, self.hidden_size, self.bidirectional,
             self.proj_size, bool(self.bias), float(self.dropout) if drop else 0.0, batch_first,
-            bool(needs_grad or self.training), self._cl_device_ref.key)
+            bool(needs_grad or self.training), self._cl_device_ref.key, _REVISION)
 
         if packed:
             if input.sorted_indices is not None:

@@ -93,8 +93,9 @@ def test_export_matches_torch_nn(cls, device):
     ours, ref = _pair(cls, device)
     args = _inputs(cls)
     ep = torch.export.export(ours, args)
-    targets = {n.target for n in ep.graph.nodes if n.op == "call_function"}
-    assert torch.ops.pyrnn_cl.rnn.default in targets
+    calls = [n for n in ep.graph.nodes if n.target == torch.ops.pyrnn_cl.rnn.default]
+    assert len(calls) == 1
+    assert calls[0].args[-1] == rt._REVISION      # keys torch's compile caches on our version
     mod = ep.module()
     params = dict(mod.named_parameters())
     assert sorted(params) == sorted(dict(ref.named_parameters()))
@@ -206,7 +207,7 @@ def _op_samples(device):
               if mode == "lstm" else torch.empty(0, dtype=torch.float64))
         seeds = torch.tensor([11, 12])
         samples.append((x, h0, c0, params, lengths, seeds, mode, L, I, H, bi, P, bias,
-                        dropout, bf, True, key))
+                        dropout, bf, True, key, rt._REVISION))
     return samples
 
 
@@ -218,12 +219,13 @@ def test_opcheck_forward_and_autograd(device):
 def test_opcheck_backward(device):
     for args in _op_samples(device):
         x, h0, c0, params, lengths, seeds, mode, *attrs = args
-        attrs, key = attrs[:-2], attrs[-1]          # less `training`
+        attrs, key, revision = attrs[:-3], attrs[-2], attrs[-1]      # less `training`
         with torch.no_grad():
             out, hn, cn, host = torch.ops.pyrnn_cl.rnn(*args)
         grads = (torch.randn_like(out), torch.randn_like(hn),
                  torch.randn_like(cn) if mode == "lstm" else None)
         bargs = tuple(a.detach() if isinstance(a, torch.Tensor) else a
                       for a in (x, h0, c0)) + (
-            [p.detach() for p in params], lengths, seeds, host, *grads, mode, *attrs, key, True)
+            [p.detach() for p in params], lengths, seeds, host, *grads, mode, *attrs, key, True,
+            revision)
         torch.library.opcheck(torch.ops.pyrnn_cl.rnn_backward.default, bargs)
