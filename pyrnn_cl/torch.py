@@ -26,7 +26,8 @@ Both have fake (meta) implementations that give the output shapes, so ``torch.co
 ``fullgraph=True``: no graph break inside the modules) and ``torch.export`` trace through them,
 and both pass ``torch.library.opcheck``. Their arguments and results are CPU tensors and plain
 values only; the OpenCL device is named by a string (a device spec, or a key of this process's
-table of ``cl_device`` objects).
+table of ``cl_device`` objects). Their last argument, ``revision``, a digest of this file, keeps
+torch's on-disk compile caches from reusing a graph traced through another version of it.
 
 **What stays on the OpenCL device.**
 
