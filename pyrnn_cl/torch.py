@@ -37,15 +37,17 @@ torch's on-disk compile caches from reusing a graph traced through another versi
   ``load_state_dict``. The values are compared with the host copy of the last upload (host
   memory only), because an in-place edit through ``.data`` (``gradcheck`` perturbs its inputs
   so) leaves the version counter alone.
-* Between forward and backward, the reserve space and the device copies of ``x``, ``h_0`` and
-  ``c_0``, in a side table keyed on the ``host_reserved`` tensor that the forward returns (a
-  16-byte int8 CPU tensor: the op's signature of cuDNN's ``host_reserved``). The autograd graph
-  saves that tensor for backward, so the device state lives exactly as long as the graph: the
-  entry is dropped when the tensor's storage is freed (a weak reference). This is correct under
-  ``torch.compile`` and ``torch.export`` too, because the entry is an optimisation, never the
-  only copy of anything: a backward whose ``host_reserved`` has no entry (a copied tensor, an
-  exported program loaded elsewhere) runs the forward again on the device to rebuild the reserve
-  space (the kernels are deterministic, dropout included), which gives the same gradients.
+* Between forward and backward, the reserve space and the device copies of ``x``, ``h_0``,
+  ``c_0`` and the parameters (the backward uses the forward's: the saved tensors' version check
+  guarantees they are current), in a side table keyed on the ``host_reserved`` tensor that the
+  forward returns (a 16-byte int8 CPU tensor: the op's signature of cuDNN's
+  ``host_reserved``). The autograd graph saves that tensor for backward, so the device state
+  lives exactly as long as the graph: the entry is dropped when the tensor's storage is freed
+  (a weak reference). This is correct under ``torch.compile`` and ``torch.export`` too, because
+  the entry is an optimisation, never the only copy of anything: a backward whose
+  ``host_reserved`` has no entry (a copied tensor, an exported program loaded elsewhere) runs
+  the forward again on the device to rebuild the reserve space (the kernels are deterministic,
+  dropout included), which gives the same gradients.
 * The gradient of every parameter is downloaded once, from its run of the flat ``dparams``
   straight into a fresh tensor that autograd then takes as the parameter's ``.grad`` (no host
   copy).
@@ -278,11 +280,11 @@ def _forget_params(params):
 # ---- the reserve space between forward and backward -------------------------------------------
 
 class _Reserve:
-    """Device state of one training forward: the inputs as uploaded and the reserve space;
-    ``ref`` is a weak reference to the storage of the ``host_reserved``
+    """Device state of one forward: the inputs and parameters as uploaded, and the reserve
+    space; ``ref`` (once kept) is a weak reference to the storage of the ``host_reserved``
     tensor the forward returned."""
 
-    __slots__ = ("ref", "x", "h0", "c0", "reserve")
+    __slots__ = ("ref", "x", "h0", "c0", "params", "reserve")
 
 
 _RESERVES = {}            # id(storage of host_reserved) -> _Reserve
@@ -295,12 +297,10 @@ def _drop_reserve(key, ref):
             del _RESERVES[key]
 
 
-def _keep_reserve(host_t, x, h0, c0, reserve):
+def _keep_reserve(host_t, entry):
     storage = host_t.untyped_storage()
     key = id(storage)
-    entry = _Reserve()
     entry.ref = weakref.ref(storage, functools.partial(_drop_reserve, key))
-    entry.x, entry.h0, entry.c0, entry.reserve = x, h0, c0, reserve
     with _LOCK:
         _RESERVES[key] = entry
 
@@ -352,15 +352,18 @@ def _lengths(lengths):
 
 
 def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device):
-    """The device side of ``pyrnn_cl::rnn``: ``(x_d, h0_d, c0_d, cudnn_rnn's results)``."""
+    """The device side of ``pyrnn_cl::rnn``: ``(state, output, h_n, c_n, host_reserved)``, the
+    last four as :func:`pyrnn_cl.cudnn_rnn` returns them, ``state`` a :class:`_Reserve`."""
     dev = _device(device)
     lay, slots = attrs.slots()
-    p_d = _device_params(dev, device, slots, lay.size, params)
-    x_d, h0_d = _upload(dev, x), _upload(dev, h0)
-    c0_d = _upload(dev, c0) if attrs.mode == "lstm" else None
-    res = _cudnn.cudnn_rnn(x_d, h0_d, c0_d, p_d, _lengths(lengths), is_training=training,
-                           **attrs.kwargs(seeds, dev))
-    return x_d, h0_d, c0_d, res
+    st = _Reserve()
+    st.params = _device_params(dev, device, slots, lay.size, params)
+    st.x, st.h0 = _upload(dev, x), _upload(dev, h0)
+    st.c0 = _upload(dev, c0) if attrs.mode == "lstm" else None
+    out, hn, cn, st.reserve, host = _cudnn.cudnn_rnn(
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), is_training=training,
+        **attrs.kwargs(seeds, dev))
+    return st, out, hn, cn, host
 
 
 @torch.library.custom_op("pyrnn_cl::rnn", mutates_args=())
@@ -377,11 +380,11 @@ def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Op
     ``training``), which keys the device state that ``pyrnn_cl::rnn_backward`` reads."""
     attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
                    dropout, batch_first)
-    x_d, h0_d, c0_d, (out, hn, cn, reserve, host) = _run_forward(
-        x, h0, c0, params, lengths, seeds, attrs, training, device)
+    state, out, hn, cn, host = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training,
+                                            device)
     host_t = _download(host)
     if training:
-        _keep_reserve(host_t, x_d, h0_d, c0_d, reserve)
+        _keep_reserve(host_t, state)
     return _download(out), _download(hn), _download(cn), host_t
 
 
@@ -415,22 +418,21 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
     if host_reserved.numel() == 0:
         raise RuntimeError("pyrnn_cl::rnn_backward: host_reserved is empty (the forward ran "
                            "with training=False and saved nothing for backward)")
-    entry = _find_reserve(host_reserved)
-    dev = _device(device)
-    if entry is None:           # no device state for this forward: rebuild it, same result
-        x_d, h0_d, c0_d, (_, _, _, reserve, _) = _run_forward(
-            x, h0, c0, params, lengths, seeds, attrs, True, device)
+    # the forward's device state: its inputs and parameters as uploaded (the saved tensors'
+    # version check guarantees they are still current) and its reserve space
+    st = _find_reserve(host_reserved)
+    if st is None:              # none kept for this forward: rebuild it, same result
+        st = _run_forward(x, h0, c0, params, lengths, seeds, attrs, True, device)[0]
         STATS["reserve_recomputes"] += 1
     else:
-        x_d, h0_d, c0_d, reserve = entry.x, entry.h0, entry.c0, entry.reserve
         STATS["reserve_hits"] += 1
-    lay, slots = attrs.slots()
-    p_d = _device_params(dev, device, slots, lay.size, params)
+    dev = _device(device)
     dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-        x_d, h0_d, c0_d, p_d, _lengths(lengths), None, None, None, _upload(dev, d_output),
-        _upload(dev, d_h_n), _upload(dev, d_c_n) if mode == "lstm" else None, reserve,
-        _numpy(host_reserved), **attrs.kwargs(seeds, dev))
-    grads = _download_runs(dparams, slots, params) if params_grad else []
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None,
+        _upload(dev, d_output), _upload(dev, d_h_n),
+        _upload(dev, d_c_n) if mode == "lstm" else None, st.reserve, _numpy(host_reserved),
+        **attrs.kwargs(seeds, dev))
+    grads = _download_runs(dparams, attrs.slots()[1], params) if params_grad else []
     return _download(dx), _download(dh0), _download(dc0), grads
 
 
