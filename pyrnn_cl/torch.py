@@ -185,33 +185,29 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 def _upload(dev, t: Optional[Tensor]):
     """``t`` on the device, in memory of the device's pool (:func:`pyrnn_cl._arrays.temporary`:
-    no fresh pages to fault in on every call)."""
+    no fresh pages to fault in on every call). The copy is enqueued without waiting (pyopencl
+    keeps the host array alive until it is done)."""
     if t is None:
         return None
     a = _numpy(t)
     if a.size == 0:
         return cla.empty(dev.queue, a.shape, a.dtype)
     out = temporary(dev, a.shape, a.dtype)
-    out.set(a)
+    out.set(a, async_=True)
     return out
 
 
-def _download(a) -> Tensor:
-    if a.size == 0:
-        return torch.from_numpy(np.zeros(a.shape, a.dtype))
-    return torch.from_numpy(a.get())
-
-
-def _download_runs(flat, slots, params) -> list:
-    """Each parameter's run of the device array ``flat`` read into a new tensor of its shape:
-    every read enqueued, then one wait."""
-    isz = flat.dtype.itemsize
-    outs = [torch.empty(p.shape, dtype=p.dtype) for p in params]
-    for (off, n), out in zip(slots, outs):
-        if n:
-            cl.enqueue_copy(flat.queue, out.numpy(), flat.base_data,
-                            src_offset=flat.offset + off * isz, is_blocking=False)
-    flat.queue.finish()
+def _read(queue, reads) -> list:
+    """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
+    shape)`` each: every read enqueued, then one wait."""
+    outs = []
+    for a, off, shape in reads:
+        host = np.empty(shape, a.dtype)
+        if host.size:
+            cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
+                            is_blocking=False)
+        outs.append(torch.from_numpy(host))
+    queue.finish()
     return outs
 
 
@@ -382,10 +378,10 @@ def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Op
                    dropout, batch_first)
     state, out, hn, cn, host = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training,
                                             device)
-    host_t = _download(host)
+    out, hn, cn, host_t = _read(state.x.queue, [(a, 0, a.shape) for a in (out, hn, cn, host)])
     if training:
         _keep_reserve(host_t, state)
-    return _download(out), _download(hn), _download(cn), host_t
+    return out, hn, cn, host_t
 
 
 @_rnn_op.register_fake
@@ -432,8 +428,11 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
         _upload(dev, d_output), _upload(dev, d_h_n),
         _upload(dev, d_c_n) if mode == "lstm" else None, st.reserve, _numpy(host_reserved),
         **attrs.kwargs(seeds, dev))
-    grads = _download_runs(dparams, attrs.slots()[1], params) if params_grad else []
-    return _download(dx), _download(dh0), _download(dc0), grads
+    # each parameter's gradient is its run of dparams
+    runs = [(dparams, off, p.shape) for (off, _), p in zip(attrs.slots()[1], params)]
+    dx, dh0, dc0, *grads = _read(dev.queue, [(a, 0, a.shape) for a in (dx, dh0, dc0)]
+                                 + (runs if params_grad else []))
+    return dx, dh0, dc0, grads
 
 
 @_rnn_backward_op.register_fake
