@@ -440,7 +440,6 @@ def _rnn_backward_fake(x, h0, c0, params, lengths, seeds, host_reserved, d_outpu
                        *attrs_device_grad_revision):
     a = _Attrs(*attrs_device_grad_revision[:len(_Attrs._fields)])
     params_grad = attrs_device_grad_revision[-2]
-    lay, _ = a.slots()
     dc0 = torch.empty_like(c0) if a.mode == "lstm" else x.new_empty(0)
     return (torch.empty_like(x), torch.empty_like(h0), dc0,
             [p.new_empty(p.shape) for p in params] if params_grad else [])
