@@ -1,9 +1,22 @@
 """Exception types of pyrnn_cl (API.md §0)."""
 
 
-class ShapeError(ValueError):
+class ShapeError(ValueError, RuntimeError):
     """A shape or rank mismatch; the message names the argument, the shape received and the shape
-    expected."""
+    expected. Also a ``RuntimeError``: what ``torch.nn`` raises for a shape mismatch, so that
+    code written against torch catches the errors of :mod:`pyrnn_cl.torch`."""
+
+
+class DTypeError(TypeError, ValueError, RuntimeError):
+    """Tensors of one call disagree in dtype (:mod:`pyrnn_cl.torch`). A ``TypeError`` by
+    pyrnn_cl's convention, and a ``ValueError`` and ``RuntimeError``: what ``torch.nn`` raises
+    for the same mistake (an input whose dtype differs from the parameters', resp. an initial
+    state whose dtype differs)."""
+
+
+class TensorDeviceError(ValueError, RuntimeError):
+    """A tensor on a torch device that :mod:`pyrnn_cl.torch` cannot read (it takes CPU tensors;
+    the OpenCL device is its ``cl_device``). ``RuntimeError`` like torch.nn's device mismatch."""
 
 
 class UnsupportedError(NotImplementedError):

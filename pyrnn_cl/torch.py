@@ -9,168 +9,502 @@ constructor arguments (plus ``cl_device``), same parameters (``weight_ih_l{k}[_r
 ``output, (h_n, c_n)``; a ``PackedSequence`` in gives a ``PackedSequence`` out). The maths is
 torch.nn's, i.e. cuDNN's (API.md §3): LSTM gates (i, f, g, o), GRU (r, z, n) with
 ``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))`` and ``h = (1 − z) ⊙ n + z ⊙ h_prev``.
+Errors are instances of what torch.nn raises for the same mistake (``RuntimeError`` for shapes
+and zero-length sequences, ``ValueError`` for an input dtype that differs from the parameters'):
+:class:`pyrnn_cl.errors.ShapeError` and :class:`pyrnn_cl.errors.DTypeError` subclass both
+pyrnn_cl's and torch's types.
 
-How it runs: one ``torch.autograd.Function`` per call packs the parameters into cuDNN
-``params`` (:func:`pyrnn_cl.cudnn_rnn_canonical_to_params`, canonical order = torch's chunks),
-calls :func:`pyrnn_cl.cudnn_rnn` (forward, with ``sequence_lengths`` for packed input) and
-:func:`pyrnn_cl.cudnn_rnn_backprop` (backward), and maps ``params_backprop`` back to the
-parameter gradients (:func:`pyrnn_cl.cudnn_rnn_params_to_canonical`). Tensors must live on the
-CPU (they are copied to and from the OpenCL device through NumPy); dtypes float32 and float64
-(float64 needs ``cl_khr_fp64``). Double backward is not supported.
+**How it runs.** Two operators registered with ``torch.library.custom_op``:
 
-``cl_device`` picks the OpenCL device: ``None`` (pyrnn_cl's default), a device spec string
-(``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Device` or a
-``pyopencl.CommandQueue``. A spec string keeps the module picklable.
+* ``pyrnn_cl::rnn(x, h0, c0, params, lengths, seeds, …) -> (output, h_n, c_n, host_reserved)``
+  calls :func:`pyrnn_cl.cudnn_rnn`;
+* ``pyrnn_cl::rnn_backward(…, host_reserved, d_output, d_h_n, d_c_n, …) -> (dx, dh0, dc0,
+  param_grads)`` calls :func:`pyrnn_cl.cudnn_rnn_backprop`; it is the first op's autograd
+  formula (``register_autograd``).
+
+Both have fake (meta) implementations that give the output shapes, so ``torch.compile`` (with
+``fullgraph=True``: no graph break inside the modules) and ``torch.export`` trace through them,
+and both pass ``torch.library.opcheck``. Their arguments and results are CPU tensors and plain
+values only; the OpenCL device is named by a string (a device spec, or a key of this process's
+table of ``cl_device`` objects). Their last argument, ``revision``, a digest of this file, keeps
+torch's on-disk compile caches from reusing a graph traced through another version of it.
+
+**What stays on the OpenCL device.**
+
+* The flat cuDNN ``params`` buffer, built from the parameter tensors (each is one contiguous
+  run of it: canonical order = torch's chunks) and uploaded again only when a parameter's
+  identity (its storage), ``_version`` or values change, i.e. after an optimizer step or
+  ``load_state_dict``. The values are compared with the host copy of the last upload (host
+  memory only), because an in-place edit through ``.data`` (``gradcheck`` perturbs its inputs
+  so) leaves the version counter alone.
+* Between forward and backward, the reserve space and the device copies of ``x``, ``h_0``,
+  ``c_0`` and the parameters (the backward uses the forward's: the saved tensors' version check
+  guarantees they are current), in a side table keyed on the ``host_reserved`` tensor that the
+  forward returns (a 16-byte int8 CPU tensor: the op's signature of cuDNN's
+  ``host_reserved``). The autograd graph saves that tensor for backward, so the device state
+  lives exactly as long as the graph: the entry is dropped when the tensor's storage is freed
+  (a weak reference). This is correct under ``torch.compile`` and ``torch.export`` too, because
+  the entry is an optimisation, never the only copy of anything: a backward whose
+  ``host_reserved`` has no entry (a copied tensor, an exported program loaded elsewhere) runs
+  the forward again on the device to rebuild the reserve space (the kernels are deterministic,
+  dropout included), which gives the same gradients.
+* The gradient of every parameter is downloaded once, from its run of the flat ``dparams``
+  straight into a fresh tensor that autograd then takes as the parameter's ``.grad`` (no host
+  copy).
+
+The transfers left per call are the input, the initial states and the outputs (forward) and
+their gradients (backward): torch has no OpenCL device, so its tensors live on the CPU and
+cross to the device and back once each.
+
+**Autograd.** ``x``, ``h_0``, ``c_0`` and the parameters are saved with
+``ctx.save_for_backward``, so modifying any of them in place between forward and backward
+raises torch's usual version-counter ``RuntimeError``. Any subset may require gradients.
+Double backward is not supported: a backward with ``create_graph=True`` raises a
+``RuntimeError`` as soon as it reaches these modules (no term is dropped silently). The forward
+keeps its state for backward in training mode and whenever a gradient is wanted (the op's
+``training`` flag is a constant of a traced graph: a program exported from a module whose
+parameters require grad keeps it, and keeps state it may not need); the gradient of an unused
+output is not materialised (nothing is uploaded for it).
+
+Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32 and float64
+(float64 needs ``cl_khr_fp64``). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
+string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Device` or a
+``pyopencl.CommandQueue``. A spec string keeps the module picklable and an exported program
+valid in another process.
+
+**torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
+not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of
+``torch.nn.RNN/LSTM/GRU`` unless ``torch._dynamo.config.allow_rnn`` is set (its only effect),
+and these modules are such instances; importing this module sets it to ``True`` when it still
+holds its default, which also lets Dynamo trace torch.nn's own RNN modules. Set it back to
+``False`` to restore Dynamo's default (the modules then run outside the compiled graph,
+correctly).
 
 Dropout (``dropout > 0``, ``num_layers > 1``, training mode) is applied between layers as in
 torch.nn, but the mask comes from pyrnn_cl's counter-based Philox generator keyed by two seeds
 drawn from torch's RNG on each call (``torch.randint``), so it is reproducible with
 ``torch.manual_seed`` and identical on every OpenCL device — and **different from the mask
-torch.nn would draw**. Forward and backward of one call use the same mask.
+torch.nn would draw** (and, under ``torch.compile``, from the eager one: Inductor draws the
+seeds with its own generator). Forward and backward of one call use the same mask.
 
 ``import pyrnn_cl`` never imports this module (nor torch); ``import pyrnn_cl.torch`` does.
 """
 
-from __future__ import annotations
+import functools
+import hashlib
+import threading
+import weakref
+from pathlib import Path
+from typing import NamedTuple, Optional
 
 import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
 
 try:
     import torch
 except ImportError as _exc:
     raise ImportError(f'pyrnn_cl.torch needs PyTorch ({_exc}): pip install "pyrnn_cl[torch]"',
                       name="torch") from _exc
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import cudnn as _cudnn
-from .errors import ShapeError
+from ._arrays import temporary
+from .devices import resolve_device
+from .errors import DTypeError, ShapeError, TensorDeviceError
+from .layout import HOST_RESERVED_SIZE, make_layout
 
 __all__ = ["RNN", "LSTM", "GRU"]
 
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
-_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 _DTYPES = (torch.float32, torch.float64)
+_LOCK = threading.Lock()
+
+# Counters of the device-side caches (read by the tests): parameter uploads, reserve spaces
+# found in the side table by a backward, and forwards re-run by a backward that found none.
+STATS = {"params_uploads": 0, "reserve_hits": 0, "reserve_recomputes": 0}
 
 
-class _Config:
-    """Everything about one call that is not a tensor (sizes, flags, device, seeds)."""
+# ---- the OpenCL device of an op call ---------------------------------------------------------
 
-    __slots__ = ("mode", "L", "H", "I", "D", "P", "bias", "dropout", "seed", "seed2", "device",
-                 "lengths", "training")
-
-    def kwargs(self):
-        return dict(rnn_mode=self.mode,
-                    direction="bidirectional" if self.D == 2 else "unidirectional",
-                    dropout=self.dropout, seed=self.seed, seed2=self.seed2, num_proj=self.P,
-                    device=self.device)
-
-    def canonical_kwargs(self):
-        return dict(rnn_mode=self.mode,
-                    direction="bidirectional" if self.D == 2 else "unidirectional",
-                    num_proj=self.P)
-
-    def per_layer(self):
-        """Number of parameter tensors of one pseudo-layer (torch's order: w_ih, w_hh,
-        [b_ih, b_hh], [w_hr])."""
-        return 2 + 2 * self.bias + (1 if self.P else 0)
+_DEVICE_OBJECTS = {}      # "#<n>" -> a cl_device object (Device or CommandQueue) of this process
 
 
-def _host(t):
+def _device_key(cl_device) -> str:
+    """The string that names ``cl_device`` in an op call: ``""`` for the default device, the spec
+    string itself, or ``"#<n>"`` for an object (kept in this process's table)."""
+    if cl_device is None:
+        return ""
+    if isinstance(cl_device, str):
+        return cl_device
+    key = f"#{id(cl_device)}"
+    with _LOCK:
+        _DEVICE_OBJECTS.setdefault(key, cl_device)
+    return key
+
+
+def _device(key: str):
+    if not key:
+        return resolve_device(None)
+    if key.startswith("#"):
+        obj = _DEVICE_OBJECTS.get(key)
+        if obj is None:
+            raise RuntimeError(f"pyrnn_cl.torch: device {key!r} names a cl_device object of "
+                               "another process; build the module with a device spec string "
+                               "(cl_device='0:0', 'pocl', ...) to run it in another process")
+        return resolve_device(obj)
+    return resolve_device(key)
+
+
+# ---- layout of torch's parameters in the flat cuDNN params ------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def _slots(mode, L, I, H, D, P, bias):
+    """``(layout, [(offset, numel)])``: where each of torch's parameter tensors (order
+    ``w_ih, w_hh, [b_ih, b_hh], [w_hr]`` per layer and direction) lies in the flat params. Each is
+    one contiguous run (semantics.md §3: W_0..W_{G-1}, R_0..R_{G-1}, W_proj, bW, bR per
+    pseudo-layer)."""
+    lay = make_layout(L, H, I, rnn_mode=mode,
+                      direction="bidirectional" if D == 2 else "unidirectional", num_proj=P)
+    GH = lay.GH
+    slots = []
+    for l in range(L):
+        for d in range(D):
+            slots += [(lay.off_w(l, d), lay.w_size(l)), (lay.off_r(l, d), GH * lay.R)]
+            if bias:
+                slots += [(lay.off_bw(l, d), GH), (lay.off_br(l, d), GH)]
+            if P:
+                slots.append((lay.off_proj(l, d), P * H))
+    return lay, slots
+
+
+def _numpy(t: Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def _to_params(cfg, flat):
-    """Flat cuDNN params from torch's parameter tensors (canonical order = torch's chunks)."""
-    G = _GATES[cfg.mode]
-    weights, biases = [], []
-    n = cfg.per_layer()
-    for k in range(cfg.L * cfg.D):
-        ps = [_host(p) for p in flat[k * n:(k + 1) * n]]
-        w_ih, w_hh = ps[0], ps[1]
-        weights += np.split(w_ih, G) + np.split(w_hh, G)
-        if cfg.P:
-            weights.append(ps[-1])
-        if cfg.bias:
-            biases += np.split(ps[2], G) + np.split(ps[3], G)
-        else:
-            biases += [np.zeros(cfg.H, w_ih.dtype)] * (2 * G)
-    return _cudnn.cudnn_rnn_canonical_to_params(cfg.L, cfg.H, cfg.I, weights, biases,
-                                                **cfg.canonical_kwargs())
+def _upload(dev, t: Optional[Tensor]):
+    """``t`` on the device, in memory of the device's pool (:func:`pyrnn_cl._arrays.temporary`:
+    no fresh pages to fault in on every call). The copy is enqueued without waiting (pyopencl
+    keeps the host array alive until it is done)."""
+    if t is None:
+        return None
+    a = _numpy(t)
+    if a.size == 0:
+        return cla.empty(dev.queue, a.shape, a.dtype)
+    out = temporary(dev, a.shape, a.dtype)
+    out.set(a, async_=True)
+    return out
 
 
-def _from_params(cfg, dparams, needs):
-    """Gradients of torch's parameter tensors from ``params_backprop`` (None where not
-    needed)."""
-    G = _GATES[cfg.mode]
-    wg, bg = _cudnn.cudnn_rnn_params_to_canonical(cfg.L, cfg.H, cfg.I, dparams,
-                                                  **cfg.canonical_kwargs())
-    per_w = 2 * G + (1 if cfg.P else 0)
-    out = []
-    for k in range(cfg.L * cfg.D):
-        ws, bs = wg[k * per_w:(k + 1) * per_w], bg[k * 2 * G:(k + 1) * 2 * G]
-        grads = [np.concatenate(ws[:G]), np.concatenate(ws[G:2 * G])]
-        if cfg.bias:
-            grads += [np.concatenate(bs[:G]), np.concatenate(bs[G:])]
-        if cfg.P:
-            grads.append(ws[2 * G])
-        out += grads
-    return [torch.from_numpy(np.ascontiguousarray(g)) if need else None
-            for g, need in zip(out, needs)]
+def _read(queue, reads) -> list:
+    """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
+    shape)`` each: every read enqueued, then one wait."""
+    outs = []
+    for a, off, shape in reads:
+        host = np.empty(shape, a.dtype)
+        if host.size:
+            cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
+                            is_blocking=False)
+        outs.append(torch.from_numpy(host))
+    queue.finish()
+    return outs
 
 
-class _CudnnRNNFunction(torch.autograd.Function):
-    """``(x [T,N,I], h0, c0, *params) -> (output, h_n, c_n)`` through ``rc.cudnn_rnn``; backward
-    through ``rc.cudnn_rnn_backprop``. ``c0``/``c_n`` are empty tensors for non-LSTM modes."""
+class _ParamsEntry:
+    __slots__ = ("refs", "versions", "host", "array")
 
-    @staticmethod
-    def forward(ctx, cfg, x, h0, c0, *flat):
-        lstm = cfg.mode == "lstm"
-        xs, h0s = _host(x), _host(h0)
-        c0s = _host(c0) if lstm else None
-        params = _to_params(cfg, flat)
-        out, hn, cn, reserve, host = _cudnn.cudnn_rnn(
-            xs, h0s, c0s, params, cfg.lengths, is_training=cfg.training, **cfg.kwargs())
-        if cfg.training:
-            ctx.cfg = cfg
-            ctx.saved = (xs, h0s, c0s, params, out, hn, cn if lstm else None, reserve, host)
-        ctx.set_materialize_grads(False)
-        cn_t = torch.from_numpy(cn) if lstm else x.new_empty(0)
-        return torch.from_numpy(out), torch.from_numpy(hn), cn_t
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dout, dhn, dcn):
-        if not hasattr(ctx, "saved"):
-            raise RuntimeError("pyrnn_cl.torch: the forward ran without saving its state for "
-                               "backward (grad mode was off)")
-        cfg = ctx.cfg
-        xs, h0s, c0s, params, out, hn, cn, reserve, host = ctx.saved
-        lstm = cfg.mode == "lstm"
-        dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-            xs, h0s, c0s, params, cfg.lengths, out, hn, cn,
-            None if dout is None else _host(dout), None if dhn is None else _host(dhn),
-            None if (dcn is None or not lstm) else _host(dcn), reserve, host, **cfg.kwargs())
-        needs = ctx.needs_input_grad
-        grads = [None,
-                 torch.from_numpy(dx) if needs[1] else None,
-                 torch.from_numpy(dh0) if needs[2] else None,
-                 torch.from_numpy(dc0) if (needs[3] and lstm) else None]
-        if any(needs[4:]):
-            grads += _from_params(cfg, dparams, needs[4:])
-        else:
-            grads += [None] * (len(needs) - 4)
-        return tuple(grads)
+_PARAMS = {}              # key -> _ParamsEntry (the device params of one set of parameters)
 
+
+def _storage_key(p):
+    return (id(p.untyped_storage()), p.storage_offset(), tuple(p.shape), tuple(p.stride()))
+
+
+def _drop_params(key, ref):
+    with _LOCK:
+        entry = _PARAMS.get(key)
+        if entry is not None and any(r is ref for r in entry.refs):
+            del _PARAMS[key]
+
+
+def _same_bits(p, host):
+    """Whether parameter ``p`` holds exactly the bits of the flat host copy ``host`` (NumPy on
+    integer views: exact, and ~100x faster than ``torch.equal`` next to busy OpenCL threads)."""
+    a = _numpy(p).reshape(-1)
+    ints = np.dtype(f"i{a.dtype.itemsize}")
+    return np.array_equal(a.view(ints), host.view(ints))
+
+
+def _device_params(dev, dkey, slots, size, params):
+    """The flat params of ``params`` on ``dev``.
+
+    Uploaded again only when a parameter's storage, ``_version`` or values differ from the
+    cached upload's. The values are compared with the host copy that was uploaded (a read of
+    host memory, no transfer): an in-place edit through ``.data`` (as ``gradcheck`` makes)
+    leaves the version counter alone."""
+    key = (dkey, str(params[0].dtype), size, tuple(_storage_key(p) for p in params))
+    versions = tuple(p._version for p in params)
+    entry = _PARAMS.get(key)
+    if (entry is not None and entry.versions == versions
+            and all(r() is p.untyped_storage() for r, p in zip(entry.refs, params))
+            and all(_same_bits(p, entry.host[off:off + n]) for (off, n), p in zip(slots, params))):
+        return entry.array
+    flat = torch.zeros(size, dtype=params[0].dtype)
+    for (off, n), p in zip(slots, params):
+        flat[off:off + n] = p.detach().reshape(-1)
+    entry = _ParamsEntry()
+    entry.array = cla.to_device(dev.queue, flat.numpy())
+    entry.host, entry.versions = flat.numpy(), versions
+    entry.refs = [weakref.ref(p.untyped_storage(), functools.partial(_drop_params, key))
+                  for p in params]
+    with _LOCK:
+        _PARAMS[key] = entry
+        STATS["params_uploads"] += 1
+    return entry.array
+
+
+def _forget_params(params):
+    """Drop every cached upload that uses one of ``params``' storages."""
+    ids = {id(p.untyped_storage()) for p in params}
+    with _LOCK:
+        for key in [k for k, e in _PARAMS.items() if any(id(r()) in ids for r in e.refs)]:
+            del _PARAMS[key]
+
+
+# ---- the reserve space between forward and backward -------------------------------------------
+
+class _Reserve:
+    """Device state of one forward: the inputs and parameters as uploaded, and the reserve
+    space; ``ref`` (once kept) is a weak reference to the storage of the ``host_reserved``
+    tensor the forward returned."""
+
+    __slots__ = ("ref", "x", "h0", "c0", "params", "reserve")
+
+
+_RESERVES = {}            # id(storage of host_reserved) -> _Reserve
+
+
+def _drop_reserve(key, ref):
+    with _LOCK:
+        entry = _RESERVES.get(key)
+        if entry is not None and entry.ref is ref:
+            del _RESERVES[key]
+
+
+def _keep_reserve(host_t, entry):
+    storage = host_t.untyped_storage()
+    key = id(storage)
+    entry.ref = weakref.ref(storage, functools.partial(_drop_reserve, key))
+    with _LOCK:
+        _RESERVES[key] = entry
+
+
+def _find_reserve(host_t):
+    storage = host_t.untyped_storage()
+    entry = _RESERVES.get(id(storage))
+    if entry is not None and entry.ref() is storage:
+        return entry
+    return None
+
+
+# ---- the operators ----------------------------------------------------------------------------
+
+#: The last argument of both ops: a digest of this file. torch's persistent compile caches
+#: (AOTAutograd's and Inductor's, on disk) key a compiled graph on the traced graph, which holds
+#: the ops by name but not the autograd formula or the fake implementations traced through them;
+#: with this constant in the graph, a graph traced through another version of this file is
+#: never reused. The ops accept any value (an exported program of another version runs).
+_REVISION = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+
+class _Attrs(NamedTuple):
+    """The non-tensor arguments of both ops, in their schemas' order."""
+
+    mode: str
+    num_layers: int
+    input_size: int
+    hidden_size: int
+    bidirectional: bool
+    proj_size: int
+    bias: bool
+    dropout: float
+    batch_first: bool
+
+    def slots(self):
+        return _slots(self.mode, self.num_layers, self.input_size, self.hidden_size,
+                      2 if self.bidirectional else 1, self.proj_size, self.bias)
+
+    def kwargs(self, seeds, dev):
+        seed, seed2 = (int(s) for s in seeds.tolist())
+        return dict(rnn_mode=self.mode,
+                    direction="bidirectional" if self.bidirectional else "unidirectional",
+                    dropout=self.dropout, seed=seed, seed2=seed2, num_proj=self.proj_size,
+                    time_major=not self.batch_first, device=dev)
+
+
+def _lengths(lengths):
+    return None if lengths is None else lengths.numpy().astype(np.int64)
+
+
+def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device):
+    """The device side of ``pyrnn_cl::rnn``: ``(state, output, h_n, c_n, host_reserved)``, the
+    last four as :func:`pyrnn_cl.cudnn_rnn` returns them, ``state`` a :class:`_Reserve`."""
+    dev = _device(device)
+    lay, slots = attrs.slots()
+    st = _Reserve()
+    st.params = _device_params(dev, device, slots, lay.size, params)
+    st.x, st.h0 = _upload(dev, x), _upload(dev, h0)
+    st.c0 = _upload(dev, c0) if attrs.mode == "lstm" else None
+    out, hn, cn, st.reserve, host = _cudnn.cudnn_rnn(
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), is_training=training,
+        **attrs.kwargs(seeds, dev))
+    return st, out, hn, cn, host
+
+
+@torch.library.custom_op("pyrnn_cl::rnn", mutates_args=())
+def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Optional[Tensor],
+            seeds: Tensor, mode: str, num_layers: int, input_size: int, hidden_size: int,
+            bidirectional: bool, proj_size: int, bias: bool, dropout: float, batch_first: bool,
+            training: bool, device: str,
+            revision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``rc.cudnn_rnn`` on CPU tensors: ``x`` ``[T, N, I]`` (``[N, T, I]`` with
+    ``batch_first``), ``h0`` ``[L·D, N, R]``, ``c0`` ``[L·D, N, H]`` (LSTM; empty otherwise),
+    ``params`` torch's parameter tensors in ``_flat_parameters`` order, ``lengths`` int64
+    ``[N]`` or None, ``seeds`` int64 ``[2]`` (dropout). Returns ``output``, ``h_n``, ``c_n``
+    (empty for non-LSTM modes) and ``host_reserved`` (int8 ``[16]``; empty unless
+    ``training``), which keys the device state that ``pyrnn_cl::rnn_backward`` reads."""
+    attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
+                   dropout, batch_first)
+    state, out, hn, cn, host = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training,
+                                            device)
+    out, hn, cn, host_t = _read(state.x.queue, [(a, 0, a.shape) for a in (out, hn, cn, host)])
+    if training:
+        _keep_reserve(host_t, state)
+    return out, hn, cn, host_t
+
+
+@_rnn_op.register_fake
+def _rnn_fake(x, h0, c0, params, lengths, seeds, *attrs_training_device_revision):
+    a = _Attrs(*attrs_training_device_revision[:len(_Attrs._fields)])
+    training = attrs_training_device_revision[len(_Attrs._fields)]
+    D, R = 2 if a.bidirectional else 1, a.proj_size or a.hidden_size
+    T, N = (x.shape[1], x.shape[0]) if a.batch_first else (x.shape[0], x.shape[1])
+    out = x.new_empty((N, T, D * R) if a.batch_first else (T, N, D * R))
+    hn = x.new_empty((a.num_layers * D, N, R))
+    cn = x.new_empty((a.num_layers * D, N, a.hidden_size) if a.mode == "lstm" else (0,))
+    host = x.new_empty((HOST_RESERVED_SIZE if training else 0,), dtype=torch.int8)
+    return out, hn, cn, host
+
+
+@torch.library.custom_op("pyrnn_cl::rnn_backward", mutates_args=())
+def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
+                     lengths: Optional[Tensor], seeds: Tensor, host_reserved: Tensor,
+                     d_output: Optional[Tensor], d_h_n: Optional[Tensor],
+                     d_c_n: Optional[Tensor], mode: str, num_layers: int, input_size: int,
+                     hidden_size: int, bidirectional: bool, proj_size: int, bias: bool,
+                     dropout: float, batch_first: bool, device: str, params_grad: bool,
+                     revision: str) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
+    """``rc.cudnn_rnn_backprop`` for a training forward of ``pyrnn_cl::rnn`` with these
+    arguments; ``d_*`` may be None (zero). Returns ``dx``, ``dh0``, ``dc0`` (empty for non-LSTM
+    modes) and the gradient of each tensor of ``params`` (an empty list unless
+    ``params_grad``)."""
+    attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
+                   dropout, batch_first)
+    if host_reserved.numel() == 0:
+        raise RuntimeError("pyrnn_cl::rnn_backward: host_reserved is empty (the forward ran "
+                           "with training=False and saved nothing for backward)")
+    # the forward's device state: its inputs and parameters as uploaded (the saved tensors'
+    # version check guarantees they are still current) and its reserve space
+    st = _find_reserve(host_reserved)
+    if st is None:              # none kept for this forward: rebuild it, same result
+        st = _run_forward(x, h0, c0, params, lengths, seeds, attrs, True, device)[0]
+        STATS["reserve_recomputes"] += 1
+    else:
+        STATS["reserve_hits"] += 1
+    dev = _device(device)
+    dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None,
+        _upload(dev, d_output), _upload(dev, d_h_n),
+        _upload(dev, d_c_n) if mode == "lstm" else None, st.reserve, _numpy(host_reserved),
+        **attrs.kwargs(seeds, dev))
+    # each parameter's gradient is its run of dparams
+    runs = [(dparams, off, p.shape) for (off, _), p in zip(attrs.slots()[1], params)]
+    dx, dh0, dc0, *grads = _read(dev.queue, [(a, 0, a.shape) for a in (dx, dh0, dc0)]
+                                 + (runs if params_grad else []))
+    return dx, dh0, dc0, grads
+
+
+@_rnn_backward_op.register_fake
+def _rnn_backward_fake(x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_h_n, d_c_n,
+                       *attrs_device_grad_revision):
+    a = _Attrs(*attrs_device_grad_revision[:len(_Attrs._fields)])
+    params_grad = attrs_device_grad_revision[-2]
+    dc0 = torch.empty_like(c0) if a.mode == "lstm" else x.new_empty(0)
+    return (torch.empty_like(x), torch.empty_like(h0), dc0,
+            [p.new_empty(p.shape) for p in params] if params_grad else [])
+
+
+_TENSOR_ARGS = 6      # x, h0, c0, params, lengths, seeds; then _Attrs, training, device, revision
+
+
+def _setup_context(ctx, inputs, output):
+    x, h0, c0, params, lengths, seeds = inputs[:_TENSOR_ARGS]
+    ctx.save_for_backward(x, h0, c0, lengths, seeds, output[3], *params)
+    ctx.attrs = _Attrs(*inputs[_TENSOR_ARGS:_TENSOR_ARGS + len(_Attrs._fields)])
+    ctx.device = inputs[-2]
+    ctx.set_materialize_grads(False)       # an unused output's gradient stays None: no upload
+
+
+def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            "pyrnn_cl.torch: double backward is not supported (a backward with "
+            "create_graph=True reached an RNN/LSTM/GRU of pyrnn_cl, whose backward is not "
+            "differentiable); use torch.nn's module where second derivatives are needed")
+    x, h0, c0, lengths, seeds, host, *params = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    need_p = list(needs[3])
+    dx, dh0, dc0, grads = torch.ops.pyrnn_cl.rnn_backward(
+        x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, *ctx.attrs,
+        ctx.device, any(need_p), _REVISION)
+    pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
+              else [None] * len(params))
+    lstm = ctx.attrs.mode == "lstm"
+    return ((dx if needs[0] else None, dh0 if needs[1] else None,
+             dc0 if (needs[2] and lstm) else None, pgrads)
+            + (None,) * (len(needs) - 4))
+
+
+_rnn_op.register_autograd(_rnn_autograd, setup_context=_setup_context)
+
+
+def _allow_rnn_in_dynamo():
+    """Let Dynamo trace instances of ``torch.nn.RNN/LSTM/GRU`` (module docstring), unless the
+    user has set ``torch._dynamo.config.allow_rnn`` already."""
+    try:
+        import torch._dynamo.config as dynamo_config
+    except ImportError:       # a torch without Dynamo
+        return
+    is_default = getattr(dynamo_config, "_is_default", None)
+    if is_default is not None and is_default("allow_rnn"):
+        dynamo_config.allow_rnn = True
+
+
+_allow_rnn_in_dynamo()
+
+
+# ---- the modules ------------------------------------------------------------------------------
 
 class _DeviceRef:
-    """Holds ``cl_device``: shared (not copied) by ``copy.deepcopy``; pickled as its ``"P:D"``
-    spec, because OpenCL contexts and queues cannot be pickled."""
+    """Holds ``cl_device`` and its op key: shared (not copied) by ``copy.deepcopy``; pickled as
+    its ``"P:D"`` spec, because OpenCL contexts and queues cannot be pickled."""
 
-    __slots__ = ("device",)
+    __slots__ = ("device", "key")
 
     def __init__(self, device):
         self.device = device
+        self.key = _device_key(device)
 
     def __deepcopy__(self, memo):
         return self
@@ -207,6 +541,14 @@ class _CLRNNMixin:
             s += f", cl_device={self.cl_device!r}"
         return s
 
+    def flatten_parameters(self):
+        """Forget the device copy of the parameters (the next call uploads them again) and free
+        its memory. Never needed for correctness: every call checks that the copy is current.
+        torch.nn's own version, which this replaces, packs the weights for cuDNN and is a no-op
+        on the CPU."""
+        if "_cl_device_ref" in self.__dict__:
+            _forget_params(self._flat_parameters())
+
     def _flat_parameters(self):
         names = []
         D = 2 if self.bidirectional else 1
@@ -229,9 +571,9 @@ class _CLRNNMixin:
         dtype = flat[0].dtype
         packed = isinstance(input, PackedSequence)
         lengths = None
+        batch_first = False
         if packed:
-            x, lengths_t = pad_packed_sequence(input)     # [T, N, I], original batch order
-            lengths = lengths_t.numpy().astype(np.int64)
+            x, lengths = pad_packed_sequence(input)     # [T, N, I], original batch order
             batched = True
         else:
             if not isinstance(input, torch.Tensor):
@@ -242,50 +584,52 @@ class _CLRNNMixin:
                                  f"(batched) or 2-D (unbatched) tensor")
             batched = input.dim() == 3
             x = input if batched else input.unsqueeze(1)
-            if batched and self.batch_first:
-                x = x.transpose(0, 1)
+            batch_first = batched and self.batch_first
         if x.device.type != "cpu":
-            raise ValueError(f"input: pyrnn_cl.torch takes CPU tensors (got one on {x.device}); "
-                             "the OpenCL device is chosen with cl_device")
+            raise TensorDeviceError(f"input: pyrnn_cl.torch takes CPU tensors (got one on "
+                                    f"{x.device}); the OpenCL device is chosen with cl_device")
         if x.dtype != dtype:
-            raise TypeError(f"input: got dtype {x.dtype}, but the parameters are {dtype}")
+            raise DTypeError(f"input: got dtype {x.dtype}, but the parameters are {dtype} "
+                             f"(convert the input with input.to({dtype}) or the module with "
+                             f"module.to({x.dtype}))")
         if dtype not in _DTYPES:
             raise TypeError(f"parameters: got dtype {dtype}, expected float32 or float64")
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"input: got shape {list(x.shape)}, the last axis must be "
                              f"input_size={self.input_size}")
-        N = x.shape[1]
+        T, N = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+        if T == 0:
+            raise ShapeError(f"input: got shape {list(x.shape)}; expected sequence length to "
+                             "be larger than 0 in RNN (as torch.nn)")
         h0, c0 = self._initial_state(hx, lstm, batched, N, D, R, x)
 
-        cfg = _Config()
-        cfg.mode = _MODES[self.mode]
-        cfg.L, cfg.H, cfg.I, cfg.D = self.num_layers, self.hidden_size, self.input_size, D
-        cfg.P, cfg.bias = self.proj_size, bool(self.bias)
-        cfg.device, cfg.lengths = self.cl_device, lengths
         drop = self.training and self.dropout > 0 and self.num_layers > 1
-        cfg.dropout = float(self.dropout) if drop else 0.0
-        cfg.seed, cfg.seed2 = ((int(s) for s in torch.randint(0, 2**31 - 1, (2,)))
-                               if drop else (0, 0))
+        seeds = (torch.randint(0, 2**31 - 1, (2,)) if drop
+                 else torch.zeros(2, dtype=torch.int64))
+        # saved for backward in training mode, and when a gradient is wanted in eval mode (the
+        # flag does not follow grad mode alone: a graph traced by torch.jit.trace, whose check
+        # reruns it without grad, would differ)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or h0.requires_grad or (lstm and c0.requires_grad)
             or any(p.requires_grad for p in flat))
-        cfg.training = bool(needs_grad or drop)
-
-        c0_arg = c0 if lstm else x.new_empty(0)
-        out, hn, cn = _CudnnRNNFunction.apply(cfg, x, h0, c0_arg, *flat)
+        out, hn, cn, _ = torch.ops.pyrnn_cl.rnn(
+            x, h0, c0 if lstm else x.new_empty(0), flat, lengths, seeds, _MODES[self.mode],
+            self.num_layers, self.input_size, self.hidden_size, self.bidirectional,
+            self.proj_size, bool(self.bias), float(self.dropout) if drop else 0.0, batch_first,
+            bool(needs_grad or self.training), self._cl_device_ref.key, _REVISION)
 
         if packed:
             if input.sorted_indices is not None:
                 out = out.index_select(1, input.sorted_indices)
-                lengths_t = lengths_t.index_select(0, input.sorted_indices.cpu())
-            data = pack_padded_sequence(out, lengths_t, enforce_sorted=True).data
+                lengths = lengths.index_select(0, input.sorted_indices.cpu())
+            data = pack_padded_sequence(out, lengths, enforce_sorted=True).data
             output = PackedSequence(data, input.batch_sizes, input.sorted_indices,
                                     input.unsorted_indices)
         elif not batched:
             output, hn = out.squeeze(1), hn.squeeze(1)
             cn = cn.squeeze(1) if lstm else cn
         else:
-            output = out.transpose(0, 1) if self.batch_first else out
+            output = out
         return (output, (hn, cn)) if lstm else (output, hn)
 
     def _initial_state(self, hx, lstm, batched, N, D, R, x):
@@ -309,9 +653,10 @@ class _CLRNNMixin:
             if t.dim() != rank or tuple(t.shape) != want:
                 raise ShapeError(f"hx: {name} has shape {list(t.shape)}, expected {list(want)}")
             if t.dtype != x.dtype:
-                raise TypeError(f"hx: {name} has dtype {t.dtype}, expected {x.dtype}")
+                raise DTypeError(f"hx: {name} has dtype {t.dtype}, expected {x.dtype}")
             if t.device.type != "cpu":
-                raise ValueError(f"hx: {name} is on {t.device}; pyrnn_cl.torch takes CPU tensors")
+                raise TensorDeviceError(f"hx: {name} is on {t.device}; pyrnn_cl.torch takes "
+                                        "CPU tensors")
         if not batched:
             h0 = h0.unsqueeze(1)
             c0 = c0.unsqueeze(1) if c0 is not None else None

@@ -1,5 +1,6 @@
 """pyrnn_cl.torch modules under torch.nn.parallel.DistributedDataParallel (gloo backend, two
-processes on this machine, each with its own OpenCL context).
+processes on this machine, each with its own OpenCL context), eagerly and under torch.compile
+(the compiled DDP model).
 
 Each rank trains the same model (same initial weights) for 3 SGD steps on its own data. DDP
 averages the gradients, so afterwards both replicas must hold identical parameters, different
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.torch]
 
 WORLD, STEPS, LR = 2, 3, 0.5
 T, N, I, H = 6, 4, 5, 8
-TIMEOUT_S = 120
+TIMEOUT_S = 300            # the compiled run compiles in each process
 
 
 class Net(torch.nn.Module):
@@ -52,7 +53,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _worker(rank, port, out_dir):
+def _worker(rank, port, out_dir, compiled):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
@@ -64,9 +65,10 @@ def _worker(rank, port, out_dir):
         init = {k: v.clone() for k, v in net.state_dict().items()}
         ddp = DDP(net)
         opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+        model = torch.compile(ddp) if compiled else ddp
         for step in range(STEPS):
             opt.zero_grad()
-            _loss(ddp, *_data(rank, step)).backward()
+            _loss(model, *_data(rank, step)).backward()
             opt.step()
         torch.save({"init": init, "final": net.state_dict()},
                    os.path.join(out_dir, f"rank{rank}.pt"))
@@ -74,10 +76,11 @@ def _worker(rank, port, out_dir):
         dist.destroy_process_group()
 
 
-def test_ddp_two_processes_agree(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "torch.compile"])
+def test_ddp_two_processes_agree(compiled, tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD,
+    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path), compiled), nprocs=WORLD,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     try:

@@ -292,6 +292,38 @@ def test_errors(device):
     assert "cl_device" in repr(m)
 
 
+# (id, module class, constructor args, call args): mistakes that torch.nn refuses
+MISTAKES = [
+    ("hidden-batch", "RNN", (3, 5), lambda: (torch.randn(6, 4, 3), torch.randn(1, 7, 5))),
+    ("hidden-layers", "GRU", (3, 5), lambda: (torch.randn(6, 4, 3), torch.randn(2, 4, 5))),
+    ("c0-shape", "LSTM", (3, 5), lambda: (torch.randn(6, 4, 3),
+                                          (torch.randn(1, 4, 5), torch.randn(1, 4, 6)))),
+    ("zero-length", "LSTM", (3, 5), lambda: (torch.randn(0, 4, 3),)),
+    ("input-size", "RNN", (3, 5), lambda: (torch.randn(6, 4, 4),)),
+    ("rank-4", "GRU", (3, 5), lambda: (torch.randn(2, 6, 4, 3),)),
+    ("input-dtype", "RNN", (3, 5), lambda: (torch.randn(6, 4, 3, dtype=torch.float64),)),
+    ("hx-dtype", "LSTM", (3, 5), lambda: (torch.randn(6, 4, 3),
+                                          (torch.randn(1, 4, 5),
+                                           torch.randn(1, 4, 5, dtype=torch.float64)))),
+    ("unbatched-3d-hx", "LSTM", (3, 5), lambda: (torch.randn(6, 3),
+                                                 (torch.randn(1, 4, 5), torch.randn(1, 4, 5)))),
+]
+
+
+@pytest.mark.parametrize("cls,args,make", [m[1:] for m in MISTAKES], ids=[m[0] for m in MISTAKES])
+def test_errors_are_torch_types(cls, args, make, device):
+    """Each mistake raises, in ours, an instance of the type torch.nn raises for it (found by
+    running torch.nn, not written down), with a message that names the argument."""
+    torch.manual_seed(0)
+    call = make()
+    with pytest.raises(Exception) as theirs:
+        getattr(torch.nn, cls)(*args)(*call)
+    with pytest.raises(Exception) as mine:
+        getattr(rt, cls)(*args, cl_device=device)(*call)
+    assert isinstance(mine.value, type(theirs.value)), (type(mine.value), type(theirs.value))
+    assert str(mine.value).split(":")[0] in ("input", "hx"), str(mine.value)
+
+
 def test_deepcopy_shares_device_and_pickle_uses_spec(device):
     import copy
     import io
@@ -311,16 +343,15 @@ def test_deepcopy_shares_device_and_pickle_uses_spec(device):
 
 @pytest.mark.fp64
 def test_empty_sizes(device):
-    """N = 0 as torch.nn; T = 0 (torch.nn refuses it) gives an empty output and h_n = h_0."""
+    """N = 0 works as in torch.nn; T = 0 is refused with a RuntimeError, as torch.nn does."""
     ours, ref = _pair("LSTM", dict(num_layers=2, bidirectional=True), device)
     x = torch.randn(T, 0, I, dtype=torch.float64)
     with torch.no_grad():
         a, (ha, _) = ours(x)
         b, (hb, _) = ref(x)
     assert a.shape == b.shape and ha.shape == hb.shape
-    x = torch.randn(0, N, I, dtype=torch.float64, requires_grad=True)
-    h0, c0 = torch.randn(4, N, H, dtype=torch.float64), torch.randn(4, N, H, dtype=torch.float64)
-    y, (hn, cn) = ours(x, (h0, c0))
-    assert y.shape == (0, N, 2 * H) and torch.equal(hn, h0) and torch.equal(cn, c0)
-    (hn.sum() + y.sum()).backward()
-    assert x.grad.shape == x.shape
+    x = torch.randn(0, N, I, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="larger than 0"):
+        ref(x)
+    with pytest.raises(RuntimeError, match="larger than 0"):
+        ours(x)
