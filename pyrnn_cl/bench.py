@@ -466,6 +466,29 @@ class _Torch:
         self.torch.autograd.grad(out, [x, *self.params], self.dy)
         self._sync()
 
+
+class _Bridge(_Torch):
+    """The same network through ``pyrnn_cl.torch`` (the drop-in modules) on ``device``, with the
+    weights of ``reference`` (a CPU :class:`_Torch`): what a PyTorch user runs. Its forward and
+    backward are the cuDNN-dialect calls of :class:`_Ours` plus what torch on the CPU makes
+    inherent (the input, output and their gradients cross to and from the device) and autograd's
+    own work."""
+
+    def __init__(self, cfg: BenchConfig, reference: _Torch, device):
+        import pyrnn_cl.torch as rt
+
+        self.torch, self.cuda = reference.torch, False
+        kw = dict(num_layers=cfg.layers, bidirectional=cfg.directions == 2, cl_device=device)
+        if cfg.cell == "lstm":
+            mod = rt.LSTM(cfg.I, cfg.H, **kw)
+        elif cfg.cell == "gru":
+            mod = rt.GRU(cfg.I, cfg.H, **kw)
+        else:
+            mod = rt.RNN(cfg.I, cfg.H, nonlinearity="relu", **kw)
+        mod.load_state_dict(reference.mod.state_dict())
+        self.mod, self.x, self.dy = mod, reference.x, reference.dy
+        self.params = list(mod.parameters())
+
 # }}}
 
 # {{{ memory estimate
@@ -693,7 +716,8 @@ def _machine(device, threads: int, torch_version) -> dict:
 def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
               threads: int | None = None, compare_torch: bool = True, check: bool = True,
               progress: bool = False, use_cudnn: bool | None = None, block: int = 3,
-              torch_device: str = "cpu", host_inputs: bool = False) -> dict:
+              torch_device: str = "cpu", host_inputs: bool = False,
+              bridge: bool = False) -> dict:
     """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
     all) on ``device`` and return the results as a JSON-ready dict.
 
@@ -707,6 +731,9 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     where PyTorch runs (``"cuda"``: cuDNN on an NVIDIA GPU, for the GPU tier).
     ``host_inputs``: our ops get NumPy arrays (inputs, weights, states), as in a user's first
     call, so every host-device transfer is timed; default: arrays already on the device.
+    ``bridge``: also time forward+backward through ``pyrnn_cl.torch`` (needs torch; PyTorch on
+    the CPU), against our side run with the cuDNN dialect for every configuration (what the
+    bridge calls): ``ratio_bridge_fwd_bwd`` is our time / the bridge's (1.0: no overhead).
     """
     import pyrnn_cl as rc
     from .devices import resolve_device
@@ -730,6 +757,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     if torch_mod is not None:
         torch_mod.set_num_threads(threads)
     have_cudnn = hasattr(rc, "cudnn_rnn") and hasattr(rc, "cudnn_rnn_backprop")
+    if bridge and use_cudnn is None:
+        use_cudnn = have_cudnn           # the bridge runs the cuDNN dialect: compare like with like
 
     sgemm = sgemm_gflops()
     result = {
@@ -743,6 +772,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         "block": block,
         "torch_device": torch_device,
         "host_inputs": bool(host_inputs),
+        "bridge": bool(bridge),
         "configs": [],
     }
     bar = _Progress(len(cfgs), progress)
@@ -751,7 +781,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
             bar.start(cfg.name)
             result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
                                                 check, sgemm["median"], have_cudnn, use_cudnn,
-                                                block, torch_device, host_inputs))
+                                                block, torch_device, host_inputs, bridge))
             bar.step()
     finally:
         bar.close()
@@ -760,7 +790,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
 
 
 def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
-               use_cudnn, block=3, torch_device="cpu", host_inputs=False) -> dict:
+               use_cudnn, block=3, torch_device="cpu", host_inputs=False,
+               bridge=False) -> dict:
     rng = np.random.default_rng(1)
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -770,7 +801,7 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
                                               "recurrent_forward": cfg.flops_recurrent()},
              "memory_bytes": memory_estimate(cfg), "ours": None, "torch": None,
              "ratio_fwd": None, "ratio_fwd_bwd": None, "max_abs_diff_vs_torch": None,
-             "note": "", "error": None}
+             "bridge": None, "ratio_bridge_fwd_bwd": None, "note": "", "error": None}
     want_cudnn = have_cudnn and cfg.layers > 1 if use_cudnn is None else bool(use_cudnn)
     try:
         ours = None
@@ -798,6 +829,8 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
+        if bridge and torch_mod is not None and not tm.cuda:
+            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev).run_fwd_bwd)
         times = _timed_blocks(fns, repeat, warmup, block)
         fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])
         entry["ours"] = {"fwd": fwd, "fwd_bwd": fb, **_rates(cfg, fwd, fb, sgemm)}
@@ -808,6 +841,11 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             entry["ratio_fwd_bwd"] = tfb["median_ms"] / fb["median_ms"]
             entry["ratio_fwd_min"] = tfwd["min_ms"] / fwd["min_ms"]
             entry["ratio_fwd_bwd_min"] = tfb["min_ms"] / fb["min_ms"]
+        if "bridge_fwd_bwd" in times:
+            bfb = _stats(times["bridge_fwd_bwd"])
+            entry["bridge"] = {"fwd_bwd": bfb}
+            entry["ratio_bridge_fwd_bwd"] = fb["median_ms"] / bfb["median_ms"]
+            entry["ratio_bridge_fwd_bwd_min"] = fb["min_ms"] / bfb["min_ms"]
     except Exception as exc:  # noqa: BLE001 - one broken config must not hide the others
         entry["error"] = f"{type(exc).__name__}: {exc}"
     return entry
@@ -821,7 +859,9 @@ def _geomean(values):
 def _summary(entries) -> dict:
     rf = [e["ratio_fwd"] for e in entries if e.get("ratio_fwd")]
     rb = [e["ratio_fwd_bwd"] for e in entries if e.get("ratio_fwd_bwd")]
+    rbr = [e["ratio_bridge_fwd_bwd"] for e in entries if e.get("ratio_bridge_fwd_bwd")]
     return {"geomean_ratio_fwd": _geomean(rf), "geomean_ratio_fwd_bwd": _geomean(rb),
+            "geomean_ratio_bridge_fwd_bwd": _geomean(rbr),
             "min_ratio_fwd": min(rf) if rf else None, "min_ratio_fwd_bwd": min(rb) if rb else None,
             "errors": sum(1 for e in entries if e.get("error"))}
 
@@ -902,12 +942,33 @@ def format_table(result: dict) -> str:
         f"{_f(sm['min_ratio_fwd'], '{:.2f}')}, forward+backward "
         f"{_f(sm['min_ratio_fwd_bwd'], '{:.2f}')}.",
         "",
+    ]
+    if any(e.get("bridge") for e in result["configs"]):
+        lines += [
+            "Torch bridge: forward+backward through pyrnn_cl.torch (CPU tensors in and out) "
+            "against the same cuDNN-dialect calls on device arrays; ratio = device-array time / "
+            "bridge time (1.00: no overhead):",
+            "",
+            "| config | device arrays f+b ms med | bridge f+b ms med (min) | ratio med (min) |",
+            "|" + "---|" * 4,
+        ]
+        for e in result["configs"]:
+            if e.get("bridge"):
+                b = e["bridge"]["fwd_bwd"]
+                lines.append(
+                    f"| {e['config']['name']} | {e['ours']['fwd_bwd']['median_ms']:.2f} | "
+                    f"{b['median_ms']:.2f} ({b['min_ms']:.2f}) | "
+                    f"{_ratio(e, 'ratio_bridge_fwd_bwd')} |")
+        lines += ["", "Geometric mean bridge ratio: "
+                  f"{_f(sm.get('geomean_ratio_bridge_fwd_bwd'), '{:.2f}')}.", ""]
+    lines += [
         "Device memory per call, MiB (estimate from the engine's buffers):",
         "",
-              "| config | dialect | inputs | reserve (saved for backward) | fwd workspace | "
-              "bwd workspace (not growing with T) | bwd temporaries growing with T | "
-              "gradient outputs | max abs diff vs torch (fwd y) | note |",
-              "|" + "---|" * 10]
+        "| config | dialect | inputs | reserve (saved for backward) | fwd workspace | "
+        "bwd workspace (not growing with T) | bwd temporaries growing with T | "
+        "gradient outputs | max abs diff vs torch (fwd y) | note |",
+        "|" + "---|" * 10,
+    ]
     for e in result["configs"]:
         mb = e["memory_bytes"]
         lines.append(
@@ -981,6 +1042,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host-inputs", action="store_true",
                    help="pass our ops NumPy arrays (a user's first call: transfers timed) "
                         "instead of arrays already on the device")
+    p.add_argument("--bridge", action="store_true",
+                   help="also time forward+backward through pyrnn_cl.torch against the same "
+                        "cuDNN-dialect calls on device arrays (the bridge's overhead); our side "
+                        "then uses the cuDNN dialect for every configuration")
     p.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -1039,7 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
                        compare_torch=not args.no_torch, progress=not args.no_progress,
                        block=args.block, torch_device=args.torch_device,
-                       host_inputs=args.host_inputs)
+                       host_inputs=args.host_inputs, bridge=args.bridge)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

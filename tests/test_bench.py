@@ -157,6 +157,44 @@ def test_run_bench_host_inputs(device, monkeypatch):
         np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, host_inputs=True)).values())
 
 
+def test_run_bench_bridge(device, monkeypatch):
+    """``bridge``: forward+backward through pyrnn_cl.torch is timed beside the cuDNN-dialect
+    calls on device arrays (our side then uses that dialect for every configuration), with the
+    weights the torch.nn side has, and the bridge's gradients are torch.nn's."""
+    torch = pytest.importorskip("torch")
+    grads = {}   # input shape -> the bridge's gradients (the configurations' shapes differ)
+    real = bench._Bridge.run_fwd_bwd
+
+    def spy(self):
+        x = self.x.detach().requires_grad_(True)
+        out = self.mod(x)[0]
+        grads[tuple(x.shape)] = torch.autograd.grad(out, [x, *self.params], self.dy)
+        return real(self)
+
+    monkeypatch.setattr(bench._Bridge, "run_fwd_bwd", spy)
+    cfgs = [TINY[0], TINY[2]]
+    result = bench.run_bench(cfgs, device=device, repeat=1, warmup=0, threads=1, bridge=True)
+    assert result["bridge"] is True and result["summary"]["errors"] == 0
+    for entry in result["configs"]:
+        assert entry["dialect"] == "cudnn"
+        assert entry["bridge"]["fwd_bwd"]["min_ms"] > 0
+        assert entry["ratio_bridge_fwd_bwd"] > 0
+    assert result["summary"]["geomean_ratio_bridge_fwd_bwd"] > 0
+    assert "Torch bridge" in bench.format_table(result)
+    # the bridge computed what torch.nn computes with the same weights
+    for cfg in cfgs:
+        got = grads[(cfg.T, cfg.N, cfg.I)]
+        weights = bench._make_weights(cfg)
+        rng = np.random.default_rng(1)
+        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+        ref = bench._Torch(cfg, weights, x, dy, threads=1)
+        xr = ref.x.detach().requires_grad_(True)
+        want = torch.autograd.grad(ref.mod(xr)[0], [xr, *ref.params], ref.dy)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
 def test_main_list_and_bad_arguments(capsys):
     assert bench.main(["--list"]) == 0
     assert "tiny-latency" in capsys.readouterr().out
