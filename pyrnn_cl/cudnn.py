@@ -50,7 +50,7 @@ from .gemm import gemm
 from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
                      make_layout, swap01_strides)
 from .programs import enqueue, get_program, set_args
-from .sources import dtype_code
+from .sources import compute_dtype, dtype_code
 
 __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
            "cudnn_rnn_params_to_canonical", "cudnn_rnn", "cudnn_rnn_backprop",
@@ -148,7 +148,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
     params = call.empty((lay.size,))
     for name, a, off, _ in named:
         _copy(call.queue, params, off, call.dev(name, a), 0, a.size)
-    return params
+    return call.out(params)
 
 
 def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, rnn_mode="lstm",
@@ -173,7 +173,7 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
     def take(off, shape):
         out = call.empty(shape)
         _copy(call.queue, out, 0, p, off, math.prod(shape))
-        return out
+        return call.out(out)
 
     return [take(o, s) for o, s in wspec], [take(o, s) for o, s in bspec]
 
@@ -208,13 +208,14 @@ def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float
     layer = check_int("layer", layer, 0, 2 ** 32 - 1)
     dev = resolve_device(device)
     check_in_order(dev)
-    dt = dev.check_dtype(dtype)
+    storage = np.dtype(dtype)
+    dt = dev.check_dtype(compute_dtype(storage))
     if T * N * W == 0:
-        return np.zeros((T, N, W), dt)
+        return np.zeros((T, N, W), storage)
     ones = cla.to_device(dev.queue, np.ones((T, N, W), dt))
     _dropout(dev, dt, ones, ones, T, N, W, layer, p, check_int("seed", seed),
              check_int("seed2", seed2))
-    return ones.get()
+    return ones.get().astype(storage)
 
 
 class _Net:
@@ -397,7 +398,7 @@ class _Net:
         return self.T, self.N, size // (self.T * self.N)
 
     def signature(self):
-        return host_signature(self.lay, self.dt.itemsize, self.drop, self.dropout, self.seed,
+        return host_signature(self.lay, self.call.storage.itemsize, self.drop, self.dropout, self.seed,
                               self.seed2)
 
 

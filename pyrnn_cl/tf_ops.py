@@ -150,7 +150,7 @@ def _col_outputs(call, src, rows, width, spans, shapes):
     for (s, c), shape in zip(spans, shapes):
         out = call.empty((rows, c))
         _copy_cols(call, out, c, 0, src, width, s, rows, c)
-        outs.append(out.reshape(shape))
+        outs.append(call.out(out, shape))
     return outs
 
 
