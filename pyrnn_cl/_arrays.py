@@ -360,9 +360,16 @@ class Call:
             return None
         if shape is not None:
             check_shape(name, a, shape)
-        if isinstance(a, cla.Array) and self.converts:
-            self._check_device_array(name, a)
+        if self.converts:
+            # 16-bit values travel as they are (half the bytes) and widen on the device, which
+            # is ~20x faster than NumPy's float16 -> float32 cast
+            if isinstance(a, cla.Array):
+                self._check_device_array(name, a)
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
+            if a.size == 0:
+                return cla.empty(self.queue, a.shape, self.dtype)
+            if isinstance(a, np.ndarray):
+                a = cla.to_device(self.queue, np.ascontiguousarray(a, dtype=self.storage))
             return widen(self.device, a, self.storage)
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])

@@ -398,8 +398,8 @@ class _Net:
         return self.T, self.N, size // (self.T * self.N)
 
     def signature(self):
-        return host_signature(self.lay, self.call.storage.itemsize, self.drop, self.dropout, self.seed,
-                              self.seed2)
+        return host_signature(self.lay, self.call.storage.itemsize, self.drop, self.dropout,
+                              self.seed, self.seed2)
 
 
 def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major,
