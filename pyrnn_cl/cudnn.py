@@ -76,7 +76,9 @@ def cudnn_rnn_params_size(num_layers, num_units, input_size, *, rnn_mode="lstm",
                           input_mode="linear_input", direction="unidirectional", num_proj=0):
     r"""Length of the flat ``params``:
     :math:`\sum_l D\,[G H\,in_l + G H R + P H + 2 G H]` (no ``G H in_0`` with skip_input) —
-    PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``."""
+    PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``. Elements, whatever the dtype:
+    the buffer takes this times the itemsize in bytes (float16/bfloat16: half of float32's,
+    as cuDNN's byte size for half is)."""
     return make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
                        input_mode=input_mode, direction=direction, num_proj=num_proj).size
 
@@ -200,7 +202,8 @@ def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float
                        device=None):
     """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
     (time-major ``shape = (T, N, D·R)``) for these ``dropout``/``seed``/``seed2``, as a NumPy
-    array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run."""
+    array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run.
+    With a 16-bit ``dtype`` the mask is computed in float32 (as the op applies it) and rounded."""
     from .devices import resolve_device
 
     T, N, W = (check_int(f"shape[{i}]", v, 0) for i, v in enumerate(shape))
