@@ -266,16 +266,27 @@ def _storage_program(device, storage):
 
 
 def _convert(device, kernel, storage, n, args):
-    if n:
-        knl = _storage_program(device, storage).kernel(kernel)
-        set_args(knl, np.int64(n), *args)
-        enqueue(device.queue, knl, (-(-n // 8),))
+    """Enqueue conversion ``kernel`` (``pyrnn_widen`` or ``pyrnn_narrow`` of
+    ``cl/storage.cl``) over ``n`` elements: its 8-wide form over the first ``n - n % 8``, its
+    1-wide form over the rest."""
+    prog = _storage_program(device, storage)
+    if n >= 8:
+        knl = prog.kernel(kernel + "8")
+        set_args(knl, *args)
+        enqueue(device.queue, knl, (n // 8,))
+    if n % 8:
+        knl = prog.kernel(kernel + "1")
+        set_args(knl, *args, np.int64(n - n % 8))
+        enqueue(device.queue, knl, (n % 8,))
 
 
 def widen(device, a, storage) -> cla.Array:
-    """A new float32 device array with the values of the contiguous device array ``a`` of a
-    16-bit storage dtype (exact: every float16 and bfloat16 is a float32)."""
-    out = empty(device.queue, a.shape, np.float32)
+    """A float32 device array with the values of the contiguous device array ``a`` of a
+    16-bit storage dtype (exact: every float16 and bfloat16 is a float32). It lives inside one
+    op call (:func:`temporary`: pooled memory, reused by the next call instead of faulting in
+    fresh pages, ~1 ms per million elements on Intel's CPU runtime); results are narrowed into
+    arrays of their own."""
+    out = temporary(device, a.shape, np.float32)
     _convert(device, "pyrnn_widen", storage, a.size,
              (a.base_data, np.int64(a.offset // a.dtype.itemsize), out.base_data))
     return out

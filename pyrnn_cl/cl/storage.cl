@@ -3,9 +3,11 @@
  * conversions). An op that receives 16-bit arrays widens them to float32 on the device when it
  * starts and narrows its results when it ends (round to nearest even; NaN and infinities kept).
  *
- * One work-item converts 8 consecutive elements (PoCL does not vectorise across work-items), the
- * last one of a size that is not a multiple of 8 fewer, one at a time. Offsets are in elements.
- * Global size ceil(n / 8).
+ * n elements are converted by two launches: the *8 kernels, 8 consecutive elements per
+ * work-item (global size n / 8), then the *1 kernels, one element per work-item, for the last
+ * n % 8 (global size n % 8, from element `first`). Neither has a branch: a tail loop inside the
+ * 8-wide kernel made Intel's CPU compiler 20x slower, and PoCL does not vectorise across
+ * work-items. Offsets are in elements.
  */
 #include "common.h"
 
@@ -13,28 +15,30 @@
 #error "storage.cl converts 16-bit storage: compile it with PYRNN_DTYPE 3 or 4"
 #endif
 
-/* dst[i] = (float)src[src_off + i] for i < n */
-__kernel void pyrnn_widen(const long n, __global const storage *src, const long src_off,
-                          __global float *dst)
+/* dst[i] = (float)src[src_off + i] */
+__kernel void pyrnn_widen8(__global const storage *src, const long src_off, __global float *dst)
 {
-    const long i = (long)get_global_id(0) * 8;
-    __global const storage *s = src + src_off + i;
-    if (i + 8 <= n) {
-        vstore8(STORAGE_LOAD8(0, s), 0, dst + i);
-    } else {
-        for (long k = 0; k < n - i; ++k) dst[i + k] = STORAGE_LOAD(k, s);
-    }
+    const size_t i = get_global_id(0);
+    vstore8(STORAGE_LOAD8(i, src + src_off), i, dst);
 }
 
-/* dst[dst_off + i] = src[i] rounded to the storage type, for i < n */
-__kernel void pyrnn_narrow(const long n, __global const float *src, __global storage *dst,
-                           const long dst_off)
+__kernel void pyrnn_widen1(__global const storage *src, const long src_off, __global float *dst,
+                           const long first)
 {
-    const long i = (long)get_global_id(0) * 8;
-    __global storage *d = dst + dst_off + i;
-    if (i + 8 <= n) {
-        STORAGE_STORE8(vload8(0, src + i), 0, d);
-    } else {
-        for (long k = 0; k < n - i; ++k) STORAGE_STORE(src[i + k], k, d);
-    }
+    const long i = first + (long)get_global_id(0);
+    dst[i] = STORAGE_LOAD(i, src + src_off);
+}
+
+/* dst[dst_off + i] = src[i] rounded to the storage type */
+__kernel void pyrnn_narrow8(__global const float *src, __global storage *dst, const long dst_off)
+{
+    const size_t i = get_global_id(0);
+    STORAGE_STORE8(vload8(i, src), i, dst + dst_off);
+}
+
+__kernel void pyrnn_narrow1(__global const float *src, __global storage *dst, const long dst_off,
+                            const long first)
+{
+    const long i = first + (long)get_global_id(0);
+    STORAGE_STORE(src[i], i, dst + dst_off);
 }
