@@ -221,6 +221,16 @@ def sgemm_gflops(size: int = 1024, repeat: int = 5) -> dict:
 # {{{ weights (PyTorch layout, shared by both sides)
 
 
+def _storage_dtype(name) -> np.dtype:
+    """The NumPy dtype of a ``--dtype`` name (``TypeError`` listing the accepted ones)."""
+    from .sources import STORAGE_DTYPES, storage_names
+
+    for dt in STORAGE_DTYPES:
+        if str(dt) == str(name) or dt == name:
+            return dt
+    raise TypeError(f"got {name!r}, expected {storage_names()}")
+
+
 def _make_weights(cfg: BenchConfig, seed: int = 0):
     """PyTorch-layout float32 weights ``[(W_ih, W_hh, b_ih, b_hh) per layer per direction]``,
     uniform in +-1/sqrt(H) like ``torch.nn.LSTM``'s default initialisation."""
@@ -268,7 +278,7 @@ class _Ours:
     """Device arrays and the two timed callables (forward, forward+backward) for our ops."""
 
     def __init__(self, cfg: BenchConfig, weights, x, dy, device, use_cudnn: bool,
-                 host_inputs: bool = False):
+                 host_inputs: bool = False, dtype="float32"):
         import pyopencl.array as cla
 
         import pyrnn_cl as rc
@@ -278,7 +288,15 @@ class _Ours:
         self.queue = q
         # host_inputs: NumPy arrays in and out, as a user's first call passes them (every
         # transfer is then inside the timed call); else arrays already on the device
-        self.to_device = (lambda a: a) if host_inputs else (lambda a: cla.to_device(q, a))
+        # every floating argument in the storage dtype of the run (the reference weights and
+        # inputs are float32; 16-bit runs round them once here, outside the timed calls)
+        self.dtype = storage = _storage_dtype(dtype)
+
+        def to_device(a):
+            a = np.ascontiguousarray(np.asarray(a).astype(storage))
+            return a if host_inputs else cla.to_device(q, a)
+
+        self.to_device = to_device
         self.x = self.to_device(x)
         self.dy = self.to_device(dy)
         self.dialect = "mps"
@@ -368,7 +386,7 @@ class _Ours:
             bs += [b_hh[g * H:(g + 1) * H] for g in range(G)]
         kw = self._cudnn_kwargs()
         params = rc.cudnn_rnn_canonical_to_params(cfg.layers, H, cfg.I, ws, bs, **kw)
-        self.params = self.to_device(np.ascontiguousarray(np.asarray(params, np.float32)))
+        self.params = self.to_device(params)
         LD = cfg.layers * cfg.directions
         self.h0 = self.to_device(np.zeros((LD, cfg.N, H), np.float32))
         self.c0 = (self.to_device(np.zeros((LD, cfg.N, H), np.float32)) if cfg.cell == "lstm"
@@ -392,7 +410,8 @@ class _Ours:
             y = self._cudnn_forward(False)[0]
         else:
             y = self._mps_forward(False)[0]
-        return y if isinstance(y, np.ndarray) else y.get(queue=self.queue)
+        y = y if isinstance(y, np.ndarray) else y.get(queue=self.queue)
+        return np.asarray(y, np.float32)
 
     def run_forward(self):
         if self.dialect == "cudnn":
@@ -717,7 +736,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
               threads: int | None = None, compare_torch: bool = True, check: bool = True,
               progress: bool = False, use_cudnn: bool | None = None, block: int = 3,
               torch_device: str = "cpu", host_inputs: bool = False,
-              bridge: bool = False) -> dict:
+              bridge: bool = False, dtype="float32") -> dict:
     """Benchmark ``configs`` (names of :data:`CONFIGS` or :class:`BenchConfig` objects; default
     all) on ``device`` and return the results as a JSON-ready dict.
 
@@ -734,6 +753,9 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     ``bridge``: also time forward+backward through ``pyrnn_cl.torch`` (needs torch; PyTorch on
     the CPU), against our side run with the cuDNN dialect for every configuration (what the
     bridge calls): ``ratio_bridge_fwd_bwd`` is our time / the bridge's (1.0: no overhead).
+    ``dtype``: the storage dtype of our ops' arrays (``"float32"``, ``"float16"``,
+    ``"bfloat16"`` where ml_dtypes is installed; ``sources.STORAGE_DTYPES``); PyTorch always
+    runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32.
     """
     import pyrnn_cl as rc
     from .devices import resolve_device
@@ -743,6 +765,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     if block < 0:
         raise ValueError(f"block: got {block}, expected a value >= 0")
     cfgs = _resolve_configs(CONFIGS if configs is None else configs)
+    storage = _storage_dtype(dtype)
     dev = resolve_device(device)
     if threads is None:
         threads = dev.info.compute_units if dev.info.type == "cpu" else (os.cpu_count() or 1)
@@ -773,6 +796,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         "torch_device": torch_device,
         "host_inputs": bool(host_inputs),
         "bridge": bool(bridge),
+        "dtype": str(storage),
         "configs": [],
     }
     bar = _Progress(len(cfgs), progress)
@@ -781,7 +805,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
             bar.start(cfg.name)
             result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
                                                 check, sgemm["median"], have_cudnn, use_cudnn,
-                                                block, torch_device, host_inputs, bridge))
+                                                block, torch_device, host_inputs,
+                                                storage, bridge))
             bar.step()
     finally:
         bar.close()
@@ -791,7 +816,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
 
 def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_cudnn,
                use_cudnn, block=3, torch_device="cpu", host_inputs=False,
-               bridge=False) -> dict:
+               dtype="float32", bridge=False) -> dict:
     rng = np.random.default_rng(1)
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -807,13 +832,15 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         ours = None
         if want_cudnn:
             try:
-                ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=True, host_inputs=host_inputs)
+                ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=True, host_inputs=host_inputs,
+                             dtype=dtype)
                 ours.run_fwd_bwd()
             except Exception as exc:  # noqa: BLE001 - fall back, and say so
                 entry["note"] = f"cuDNN dialect failed ({type(exc).__name__}: {exc}); "
                 ours = None
         if ours is None:
-            ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=False, host_inputs=host_inputs)
+            ours = _Ours(cfg, weights, x, dy, dev, use_cudnn=False, host_inputs=host_inputs,
+                         dtype=dtype)
         if cfg.layers > 1 and ours.dialect != "cudnn":
             entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
         entry["dialect"] = ours.dialect
@@ -901,8 +928,9 @@ def format_table(result: dict) -> str:
         f"FLOPs: {result['flop_convention']}.",
         f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
         f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}; our inputs: "
-        + ("NumPy arrays (host transfers timed)." if result.get("host_inputs")
-           else "pyopencl.array.Array on the device (host transfers not timed)."),
+        + ("NumPy arrays (host transfers timed)" if result.get("host_inputs")
+           else "pyopencl.array.Array on the device (host transfers not timed)")
+        + f", {result.get('dtype', 'float32')} (PyTorch float32).",
         "",
         "| config | cell | H | I | N | T | L x D | fwd ms med (min) | fwd us/step | fwd GFLOP/s "
         "(rec-only) | % sgemm fwd | torch fwd ms med | ratio fwd med (min) | fwd+bwd ms med "
@@ -1046,6 +1074,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="also time forward+backward through pyrnn_cl.torch against the same "
                         "cuDNN-dialect calls on device arrays (the bridge's overhead); our side "
                         "then uses the cuDNN dialect for every configuration")
+    p.add_argument("--dtype", default="float32",
+                   help="storage dtype of our ops' arrays: float32 (default), float16, or "
+                        "bfloat16 where ml_dtypes is installed (PyTorch runs float32)")
     p.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -1098,13 +1129,17 @@ def main(argv: list[str] | None = None) -> int:
         configs = _resolve_configs(names) if names else list(default)
     except ValueError as exc:
         parser.error(str(exc))
+    try:
+        _storage_dtype(args.dtype)
+    except TypeError as exc:
+        parser.error(f"--dtype: {exc}")
     if args.repeat < 5:
         print(f"note: --repeat {args.repeat} is below the 5 repetitions the methodology asks "
               "for", file=sys.stderr)
     result = run_bench(configs, device=args.device, repeat=args.repeat, threads=args.threads,
                        compare_torch=not args.no_torch, progress=not args.no_progress,
                        block=args.block, torch_device=args.torch_device,
-                       host_inputs=args.host_inputs, bridge=args.bridge)
+                       host_inputs=args.host_inputs, dtype=args.dtype, bridge=args.bridge)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -51,7 +51,7 @@ from .gemm import gemm
 from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
                      make_layout, swap01_strides)
 from .programs import enqueue, get_program, set_args
-from .sources import dtype_code
+from .sources import compute_dtype, dtype_code
 
 __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
            "cudnn_rnn_params_to_canonical", "cudnn_rnn", "cudnn_rnn_backprop",
@@ -77,7 +77,9 @@ def cudnn_rnn_params_size(num_layers, num_units, input_size, *, rnn_mode="lstm",
                           input_mode="linear_input", direction="unidirectional", num_proj=0):
     r"""Length of the flat ``params``:
     :math:`\sum_l D\,[G H\,in_l + G H R + P H + 2 G H]` (no ``G H in_0`` with skip_input) —
-    PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``."""
+    PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``. Elements, whatever the dtype:
+    the buffer takes this times the itemsize in bytes (float16/bfloat16: half of float32's,
+    as cuDNN's byte size for half is)."""
     return make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
                        input_mode=input_mode, direction=direction, num_proj=num_proj).size
 
@@ -150,7 +152,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
     params = call.empty((lay.size,))
     for name, a, off, _ in named:
         _copy(call.queue, params, off, call.dev(name, a), 0, a.size)
-    return params
+    return call.out(params)
 
 
 @entry_point
@@ -176,7 +178,7 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
     def take(off, shape):
         out = call.empty(shape)
         _copy(call.queue, out, 0, p, off, math.prod(shape))
-        return out
+        return call.out(out)
 
     return [take(o, s) for o, s in wspec], [take(o, s) for o, s in bspec]
 
@@ -204,7 +206,8 @@ def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float
                        device=None):
     """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
     (time-major ``shape = (T, N, D·R)``) for these ``dropout``/``seed``/``seed2``, as a NumPy
-    array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run."""
+    array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run.
+    With a 16-bit ``dtype`` the mask is computed in float32 (as the op applies it) and rounded."""
     from .devices import resolve_device
 
     T, N, W = (check_int(f"shape[{i}]", v, 0) for i, v in enumerate(shape))
@@ -212,13 +215,14 @@ def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float
     layer = check_int("layer", layer, 0, 2 ** 32 - 1)
     dev = resolve_device(device)
     check_in_order(dev)
-    dt = dev.check_dtype(dtype)
+    storage = np.dtype(dtype)
+    dt = dev.check_dtype(compute_dtype(storage))
     if T * N * W == 0:
-        return np.zeros((T, N, W), dt)
+        return np.zeros((T, N, W), storage)
     ones = cla.to_device(dev.queue, np.ones((T, N, W), dt))
     _dropout(dev, dt, ones, ones, T, N, W, layer, p, check_int("seed", seed),
              check_int("seed2", seed2))
-    return ones.get()
+    return ones.get().astype(storage)
 
 
 class _Net:
@@ -401,8 +405,8 @@ class _Net:
         return self.T, self.N, size // (self.T * self.N)
 
     def signature(self):
-        return host_signature(self.lay, self.dt.itemsize, self.drop, self.dropout, self.seed,
-                              self.seed2)
+        return host_signature(self.lay, self.call.storage.itemsize, self.drop, self.dropout,
+                              self.seed, self.seed2)
 
 
 def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major,

@@ -12,8 +12,10 @@ dialect simply lists it as absent):
   differences of that reference (loss ``L = sum_i <out_i, g_i>`` with fixed random ``g_i``).
 
 Tolerances (relative to ``max(1, max|expected|)``): float64 forward 1e-10 and gradients 1e-6
-(the finite-difference error); float32 forward 1e-5 and gradients 1e-4. The dtype is float64
-when the device has ``cl_khr_fp64``, else float32 (``--dtype`` chooses).
+(the finite-difference error); float32 forward 1e-5 and gradients 1e-4; the 16-bit storage
+dtypes, whose inputs are the reference's rounded (so the errors include that rounding), float16
+1e-2 and bfloat16 5e-2 for both (measured on PoCL: at most 1.5e-3 and 1.5e-2). The dtype is
+float64 when the device has ``cl_khr_fp64``, else float32 (``--dtype`` chooses).
 
 Exit status: 0 when every check passed, 1 when any check failed or raised, or when no kernel ran
 on the device (``pyrnn_cl.programs.launch_count()`` did not move: nothing was tested), 2 for
@@ -32,10 +34,15 @@ from typing import Callable
 import numpy as np
 
 from . import _selftest_ref as ref
+from .sources import STORAGE_DTYPES
 
 __all__ = ["main", "run_checks", "CHECKS"]
 
-TOLERANCES = {np.dtype(np.float64): (1e-10, 1e-6), np.dtype(np.float32): (1e-5, 1e-4)}
+TOLERANCES = {np.dtype(np.float64): (1e-10, 1e-6), np.dtype(np.float32): (1e-5, 1e-4),
+              np.dtype(np.float16): (1e-2, 1e-2)}
+_BFLOAT16 = next((dt for dt in STORAGE_DTYPES if dt.name == "bfloat16"), None)
+if _BFLOAT16 is not None:      # ml_dtypes installed
+    TOLERANCES[_BFLOAT16] = (5e-2, 5e-2)
 _EPS = 1e-6
 
 
@@ -511,8 +518,10 @@ def _parser():
     p.add_argument("--device", metavar="SPEC", default=None,
                    help='device spec ("P:D", profile name, gpu, cpu or a name substring); '
                         "default: the default device")
-    p.add_argument("--dtype", choices=("auto", "float32", "float64"), default="auto",
-                   help="auto: float64 when the device has cl_khr_fp64, else float32")
+    p.add_argument("--dtype", choices=("auto", *(dt.name for dt in TOLERANCES)),
+                   default="auto",
+                   help="auto: float64 when the device has cl_khr_fp64, else float32; "
+                        "float16 (and bfloat16 with ml_dtypes) check the 16-bit storage")
     p.add_argument("--only", metavar="OP", action="append",
                    help="run only ops whose name contains OP (repeatable)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -535,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dtype == "auto":
         dtype = np.float64 if device.info.has_fp64 else np.float32
     else:
-        dtype = np.dtype(args.dtype).type
+        dtype = next(dt for dt in TOLERANCES if dt.name == args.dtype).type
     if dtype == np.float64 and not device.info.has_fp64:
         print(f"pyrnn-cl selftest: {device.info.describe()} has no cl_khr_fp64; use "
               "--dtype float32", file=sys.stderr)

@@ -29,7 +29,12 @@ __all__ = [
     "CL_DIR",
     "DTYPE_FLOAT32",
     "DTYPE_FLOAT64",
+    "DTYPE_FLOAT16",
+    "DTYPE_BFLOAT16",
+    "STORAGE_DTYPES",
     "dtype_code",
+    "compute_dtype",
+    "storage_names",
     "find_source",
     "read_source",
     "expand_includes",
@@ -40,22 +45,70 @@ __all__ = [
 #: The package's OpenCL source folder.
 CL_DIR = Path(__file__).resolve().parent / "cl"
 
-#: Values of the ``PYRNN_DTYPE`` define: the kernels' scalar type.
+#: Values of the ``PYRNN_DTYPE`` define. 1 and 2 are the kernels' scalar type (storage and
+#: arithmetic); 3 and 4 are 16-bit storage types whose values are converted to and from float32
+#: for every operation (``cl/common.h``, ``cl/storage.cl``).
 DTYPE_FLOAT32 = 1
 DTYPE_FLOAT64 = 2
+DTYPE_FLOAT16 = 3
+DTYPE_BFLOAT16 = 4
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(?://.*|/\*.*\*/\s*)?$')
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+def _bfloat16():
+    """``ml_dtypes.bfloat16`` as a NumPy dtype, or None when that package is not installed
+    (NumPy has no bfloat16 of its own; pyrnn_cl does not depend on ml_dtypes)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+#: Every dtype an op accepts for its floating arrays (the *storage* dtype), with its
+#: ``PYRNN_DTYPE`` code and the dtype the engine computes in. float16 and bfloat16 arrays are
+#: converted to float32 on the device when a call starts and its results back (round to nearest
+#: even) when it ends; see README "Precision".
+STORAGE_DTYPES: dict[np.dtype, tuple[int, np.dtype]] = {
+    np.dtype(np.float32): (DTYPE_FLOAT32, np.dtype(np.float32)),
+    np.dtype(np.float64): (DTYPE_FLOAT64, np.dtype(np.float64)),
+    np.dtype(np.float16): (DTYPE_FLOAT16, np.dtype(np.float32)),
+}
+if _bfloat16() is not None:
+    STORAGE_DTYPES[_bfloat16()] = (DTYPE_BFLOAT16, np.dtype(np.float32))
+
+
+def storage_names() -> str:
+    """The accepted storage dtypes in words, for error messages ("float32, float64 or ...")."""
+    names = [str(dt) for dt in STORAGE_DTYPES]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _storage_entry(dtype):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"pyrnn_cl stores floating values as {storage_names()}, got "
+                        f"{dtype!r}") from exc
+    entry = STORAGE_DTYPES.get(dt)
+    if entry is None:
+        raise TypeError(f"pyrnn_cl stores floating values as {storage_names()}, got {dt}")
+    return entry
 
 
 def dtype_code(dtype) -> int:
-    """``PYRNN_DTYPE`` value of a NumPy dtype: 1 for float32, 2 for float64."""
-    dt = np.dtype(dtype)
-    if dt == np.float32:
-        return DTYPE_FLOAT32
-    if dt == np.float64:
-        return DTYPE_FLOAT64
-    raise TypeError(f"pyrnn_cl kernels compute in float32 or float64, got {dt}")
+    """``PYRNN_DTYPE`` value of a storage dtype (:data:`STORAGE_DTYPES`): 1 float32,
+    2 float64, 3 float16, 4 bfloat16."""
+    return _storage_entry(dtype)[0]
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype the kernels compute in for storage dtype ``dtype``: float32 for float32,
+    float16 and bfloat16; float64 for float64."""
+    return _storage_entry(dtype)[1]
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(?://.*|/\*.*\*/\s*)?$')
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _search_dirs(source_dir) -> list[Path]:

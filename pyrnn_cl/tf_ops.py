@@ -1,6 +1,7 @@
 r"""TensorFlow block-op dialect (API.md §2, semantics.md §3): GRUBlockCell, LSTMBlockCell,
 BlockLSTM, BlockLSTMV2 and their gradients, with TensorFlow's inputs, outputs and gate layouts,
-in float32 and float64, on the generic engine (:mod:`pyrnn_cl.engine`).
+in float32 and float64, and float16/bfloat16 storage computed in float32 (README "Precision"),
+on the generic engine (:mod:`pyrnn_cl.engine`).
 
 Notation: ``x_h = [x, h_prev]`` (columns concatenated), ``·`` matrix product, ``⊙`` element-wise
 (Hadamard) product, σ the logistic sigmoid. TensorFlow's weights are ``[in, out]`` and applied
@@ -151,7 +152,7 @@ def _col_outputs(call, src, rows, width, spans, shapes):
     for (s, c), shape in zip(spans, shapes):
         out = call.empty((rows, c))
         _copy_cols(call, out, c, 0, src, width, s, rows, c)
-        outs.append(out.reshape(shape))
+        outs.append(call.out(out, shape))
     return outs
 
 
@@ -209,7 +210,7 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
 
     ``w_ru`` and ``w_c`` are *vertical* stacks (rows for x, then rows for h); ``b_ru`` is one
     bias ``[b_r | b_u]`` (TF's docstring suggests ``[b_ru_x b_ru_h]``, there is no second bias).
-    Unlike TensorFlow (float32 only), float64 works too.
+    Unlike TensorFlow (float32 only), float64, float16 and bfloat16 work too.
     """
     call = Call(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), device)
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c)

@@ -193,6 +193,23 @@ def test_run_bench_bridge(device, monkeypatch):
         want = torch.autograd.grad(ref.mod(xr)[0], [xr, *ref.params], ref.dy)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.skipif(
+    importlib.util.find_spec("ml_dtypes") is None, reason="ml_dtypes is not installed"))])
+def test_run_bench_16bit(device, dtype):
+    """``dtype``: our ops get arrays of that storage dtype (both dialects) and compute the
+    network PyTorch computes in float32, to 16-bit rounding."""
+    result = bench.run_bench([TINY[0], TINY[3]], device=device, repeat=1, warmup=0, threads=1,
+                             dtype=dtype)
+    assert result["dtype"] == dtype and result["summary"]["errors"] == 0
+    assert [e["dialect"] for e in result["configs"]] == ["mps", "cudnn"]
+    for entry in result["configs"]:
+        if HAS_TORCH:
+            # outputs |y| < 1 rounded to 16 bits: half an ulp at 1 is 2^-11 / 2^-8
+            assert 0 < entry["max_abs_diff_vs_torch"] < 2e-2, entry["config"]["name"]
+    assert f"{dtype} (PyTorch float32)" in bench.format_table(result)
+    ours = bench._Ours(TINY[3], bench._make_weights(TINY[3]), np.zeros((3, 2, 4), np.float32),
+                       np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, dtype=dtype)
+    assert {str(a.dtype) for a in (ours.x, ours.dy, ours.params, ours.h0, ours.c0)} == {dtype}
 
 
 def test_main_list_and_bad_arguments(capsys):
@@ -206,6 +223,10 @@ def test_main_list_and_bad_arguments(capsys):
         bench.main(["--repeat", "0"])
     with pytest.raises(SystemExit):
         bench.main(["--block", "-1"])
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--dtype", "int8"])
+    assert exc.value.code == 2
+    assert "--dtype: got 'int8', expected float32, float64, float16" in capsys.readouterr().err
 
 
 def test_pin_pocl_workers(monkeypatch):

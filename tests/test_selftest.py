@@ -217,10 +217,18 @@ def test_selftest_fails_when_no_kernel_ran(device, capsys, monkeypatch):
     assert status == 1 and "no kernel ran" in out
 
 
+def test_selftest_float16(device, capsys):
+    """Every op in float16 storage against the float64 reference on the unrounded inputs."""
+    status = selftest.main(["--device", device.info.index, "--dtype", "float16"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "dtype: float16" in out and "FAIL" not in out and "ERROR" not in out
+
+
 def test_selftest_usage_errors(capsys):
     assert selftest.main(["--device", "no-such-device-xyz"]) == 2
     with pytest.raises(SystemExit):
-        selftest.main(["--dtype", "float16"])
+        selftest.main(["--dtype", "int8"])
 
 
 def test_cli_dispatches_to_selftest(device, capsys):

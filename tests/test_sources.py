@@ -87,8 +87,11 @@ def test_float64_adds_pragma_and_flag():
     assert lines[1:] == ["#define B 1", "#define PYRNN_DOUBLE 1", "#define PYRNN_DTYPE 2"]
     assert "fp64" not in sources.define_block({"PYRNN_DTYPE": sources.DTYPE_FLOAT32})
     assert sources.dtype_code(np.float32) == 1 and sources.dtype_code("float64") == 2
-    with pytest.raises(TypeError):
-        sources.dtype_code(np.float16)
+    assert sources.dtype_code(np.float16) == 3
+    assert sources.compute_dtype(np.float16) == np.float32
+    assert sources.compute_dtype(np.float64) == np.float64
+    with pytest.raises(TypeError, match="int32"):
+        sources.dtype_code(np.int32)
 
 
 def test_build_source_is_deterministic(tree):

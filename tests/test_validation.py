@@ -206,11 +206,11 @@ def test_cudnn_shapes_and_params_length():
 
 # ---- dtypes --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.complex64, np.bool_])
+@pytest.mark.parametrize("dtype", [np.int32, np.complex64, np.bool_, np.longdouble])
 def test_non_float_dtypes(dtype):
     a = mps_args()
     a["bias"] = a["bias"].astype(dtype)
-    expect(TypeError, rc.lstm, **a, names=["bias", "float32 or float64"], got=True)
+    expect(TypeError, rc.lstm, **a, names=["bias", "float32, float64", "float16"], got=True)
     t = tf_lstm_args()
     t["x"] = t["x"].astype(dtype)
     expect(TypeError, block_lstm, **t, names=["x"])
@@ -227,6 +227,10 @@ def test_mixed_float_dtypes(device):
     c, kw = cudnn_args()
     c["params"] = c["params"].astype(np.float64)
     expect(TypeError, rc.cudnn_rnn, **c, **kw, device=device, names=["params", "input"],
+           got=False)
+    a = mps_args()        # float16 is a storage dtype: it may not be mixed with float32 either
+    a["bias"] = a["bias"].astype(np.float16)
+    expect(TypeError, rc.lstm, **a, device=device, names=["bias", "float16", "source", "float32"],
            got=False)
 
 

@@ -1,11 +1,20 @@
 /* common.h -- scalar/vector types, activations and their derivatives, shared by every kernel.
  *
  * Compile-time parameters (the #define block prepended by pyrnn_cl.sources):
- *   PYRNN_DTYPE   1 = float32, 2 = float64 (needs cl_khr_fp64)
+ *   PYRNN_DTYPE   1 = float32, 2 = float64 (needs cl_khr_fp64), 3 = float16 storage,
+ *                 4 = bfloat16 storage (pyrnn_cl.sources.STORAGE_DTYPES)
  *   REC_VW        vector width of the recurrence kernels (1, 2, 4, 8 or 16 hidden units per work-item)
  *
- * `real` is the storage and arithmetic type; `realV` is a vector of REC_VW reals (or `real` when REC_VW
- * is 1). Every activation below works on both, because OpenCL's built-ins are overloaded on vectors.
+ * `real` is the arithmetic type, and for codes 1 and 2 also the storage type; `realV` is a vector of
+ * REC_VW reals (or `real` when REC_VW is 1). Every activation below works on both, because OpenCL's
+ * built-ins are overloaded on vectors.
+ *
+ * 16-bit storage (codes 3 and 4): `real` is float and `storage` the 16-bit container (half, or
+ * ushort holding a bfloat16); STORAGE_LOAD(i, p) reads element i of a `__global storage *` as a
+ * float, STORAGE_STORE(v, i, p) writes float v rounded to nearest even, and the 8-wide forms do 8
+ * consecutive elements. half uses vload_half/vstore_half_rte, core OpenCL C since 1.0: no
+ * cl_khr_fp16 and no half arithmetic. bfloat16 is the top 16 bits of a float: a load shifts them
+ * back, a store rounds the low 16 bits away to nearest even, NaN kept a (quiet) NaN.
  */
 #ifndef PYRNN_COMMON_H
 #define PYRNN_COMMON_H
@@ -17,6 +26,9 @@
 #define REC_VW 1            /* hidden units per work-item in the recurrence kernels */
 #endif
 
+/* Functions are `static inline`: bare `inline` is not safe on every OpenCL compiler. */
+#define PYRNN_FUNC static inline
+
 #if PYRNN_DTYPE == 2
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define PYRNN_REAL double
@@ -25,8 +37,40 @@
 #endif
 typedef PYRNN_REAL real;
 
-/* Functions are `static inline`: bare `inline` is not safe on every OpenCL compiler. */
-#define PYRNN_FUNC static inline
+#if PYRNN_DTYPE == 3
+typedef half storage;
+#define STORAGE_LOAD(i, p) vload_half((i), (p))
+#define STORAGE_STORE(v, i, p) vstore_half_rte((v), (i), (p))
+#define STORAGE_LOAD8(i, p) vload_half8((i), (p))
+#define STORAGE_STORE8(v, i, p) vstore_half8_rte((v), (i), (p))
+#elif PYRNN_DTYPE == 4
+typedef ushort storage;
+
+/* float of the bfloat16 bits b: they are the float's top half */
+PYRNN_FUNC float bf16_to_float(ushort b) { return as_float(((uint)b) << 16); }
+PYRNN_FUNC float8 bf16_to_float8(ushort8 b) { return as_float8(convert_uint8(b) << 16); }
+
+/* bfloat16 bits of x, rounded to nearest even: add 0x7fff plus the lowest kept bit, truncate.
+ * Infinities stay infinite, finite values past the largest bfloat16 round to infinity; a NaN
+ * keeps its sign and top payload bits with the quiet bit set (rounding could carry it into
+ * infinity). */
+PYRNN_FUNC ushort float_to_bf16(float x)
+{
+    const uint u = as_uint(x);
+    const uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (ushort)(isnan(x) ? ((u >> 16) | 0x40u) : rounded);
+}
+PYRNN_FUNC ushort8 float_to_bf16_8(float8 x)
+{
+    const uint8 u = as_uint8(x);
+    const uint8 rounded = (u + (uint8)(0x7fffu) + ((u >> 16) & (uint8)(1u))) >> 16;
+    return convert_ushort8(select(rounded, (u >> 16) | (uint8)(0x40u), isnan(x)));
+}
+#define STORAGE_LOAD(i, p) bf16_to_float((p)[i])
+#define STORAGE_STORE(v, i, p) ((p)[i] = float_to_bf16(v))
+#define STORAGE_LOAD8(i, p) bf16_to_float8(vload8((i), (p)))
+#define STORAGE_STORE8(v, i, p) vstore8(float_to_bf16_8(v), (i), (p))
+#endif
 
 #define PYRNN_CAT_(a, b) a##b
 #define PYRNN_CAT(a, b) PYRNN_CAT_(a, b)

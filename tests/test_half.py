@@ -1,0 +1,617 @@
+"""16-bit storage (API.md §6): float16 and, where ``ml_dtypes`` is installed, bfloat16 arrays in
+every op of the three dialects, forward and gradients, NumPy and device arrays.
+
+Oracles, never the library's own output:
+
+* the independent float64 references of ``tests/reference/`` evaluated on the *same* inputs
+  rounded to the storage dtype (so only what the library itself does differently is measured):
+  every output and gradient within ``TOL`` = 2e-2 relative (2-norm of the difference over the
+  2-norm of the reference), on prime-sized asymmetric shapes with non-zero initial states, at
+  T = 200 and with saturated gates;
+* PyTorch's CPU float16 ``nn.LSTM`` on the same inputs: pyrnn_cl's error against the float64
+  reference is not larger than PyTorch's;
+* the conversion kernels bit for bit against NumPy's float16 and ml_dtypes' bfloat16 casts
+  (round to nearest even, overflow to infinity, NaN kept) over every float16 bit pattern.
+
+Measured on PoCL and Intel's CPU runtime (November 2026, this file's shapes): float16 at most
+2.7e-3 and bfloat16 at most 1.95e-2 relative (a GRU with one unit: its recurrent weight gradient
+is three sums with cancellation); the largest errors are printed with ``-s`` (``MAX_ERR``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import pyrnn_cl as rc
+from pyrnn_cl import _arrays
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shapes as S  # noqa: E402
+from reference import cudnn_ref as CR  # noqa: E402
+from reference import mps_ref as M  # noqa: E402
+from reference import tf_ref as TR  # noqa: E402
+from test_mps import (activated_z, default_flags, desc_of, grad_names, lib_gradients,  # noqa: E402
+                      ref_gradients, training_desc)
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+try:
+    import ml_dtypes
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:    # NumPy has no bfloat16: those cases are skipped
+    BF16 = None
+
+F16 = pytest.param(np.dtype(np.float16), id="f16")
+BF = pytest.param(BF16, id="bf16",
+                  marks=pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed"))
+STORAGE = [F16, BF]
+TOL = 2e-2
+
+#: Largest relative error seen per storage dtype and part (printed at the end of the module).
+MAX_ERR = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_errors():
+    yield
+    for key, value in sorted(MAX_ERR.items()):
+        print(f"test_half {key} {value:.3e}")
+
+
+def rel_norm(actual, expected):
+    """||actual - expected||_2 / ||expected||_2 (absolute where expected is all zero)."""
+    a = np.asarray(actual, np.float64).ravel()
+    e = np.asarray(expected, np.float64).ravel()
+    if a.size == 0:
+        return 0.0
+    scale = float(np.linalg.norm(e))
+    return float(np.linalg.norm(a - e)) / (scale if scale > 0 else 1.0)
+
+
+def check(actual, expected, dtype, what, part="forward", tol=TOL):
+    """``actual`` has the storage ``dtype``, ``expected``'s shape, finite values and a relative
+    error within ``tol``."""
+    if isinstance(actual, cla.Array):
+        actual = actual.get()
+    assert isinstance(actual, np.ndarray), f"{what}: got {type(actual).__name__}"
+    assert actual.dtype == dtype, f"{what}: dtype {actual.dtype} != {dtype}"
+    assert actual.shape == np.shape(expected), f"{what}: {actual.shape} != {np.shape(expected)}"
+    assert np.all(np.isfinite(np.asarray(actual, np.float64))), f"{what}: not finite"
+    err = rel_norm(actual, expected)
+    key = f"{dtype} {part}"
+    MAX_ERR[key] = max(MAX_ERR.get(key, 0.0), err)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.0e}"
+    return err
+
+
+def rounded(arrays, dtype):
+    """Each array of a dict rounded to the storage dtype (the values every side then uses)."""
+    return {k: np.asarray(v, np.float64).astype(dtype) for k, v in arrays.items()}
+
+
+def f64(arrays):
+    return {k: np.asarray(v, np.float64) for k, v in arrays.items()}
+
+
+def to_device(device, a):
+    return None if a is None else cla.to_device(device.queue, a)
+
+
+# =================================================================================================
+# conversion kernels
+
+
+@pytest.mark.oclgrind
+def test_widen_float16_every_bit_pattern(device):
+    """Every one of the 65536 float16 values widens to exactly NumPy's float32 (NaN to NaN)."""
+    bits = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)[3:]   # a size that is not 8k
+    h = bits.view(np.float16)
+    got = _arrays.widen(device, cla.to_device(device.queue, h), np.float16).get()
+    want = h.astype(np.float32)
+    nan = np.isnan(want)
+    assert got.dtype == np.float32
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def _float32_cases(seed=0):
+    """float32 values that stress rounding: random bit patterns, exact ties of float16 and
+    bfloat16 (odd and even), their neighbours, overflow, subnormals, zeros, infinities, NaN."""
+    rng = np.random.default_rng(seed)
+    rand = rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    h = rng.integers(0, 2 ** 16, 4000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    h = h[np.isfinite(h)].astype(np.float64)
+    up = np.nextafter(h.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+    ties16 = ((h + up) / 2).astype(np.float32)             # exact float16 midpoints
+    b = rng.integers(0, 2 ** 16, 4000, dtype=np.uint32) << 16
+    ties_bf = (b | 0x8000).astype(np.uint32).view(np.float32)   # exact bfloat16 midpoints
+    special = np.array([0.0, -0.0, 65504, 65519.99, 65520, 1e6, -1e6, 6e-8, 3e-8, 1e-45,
+                        3.4e38, np.inf, -np.inf, np.nan, -np.nan], np.float32)
+    with np.errstate(invalid="ignore"):       # nextafter of the NaN patterns
+        vals = np.concatenate([rand, ties16, np.nextafter(ties16, np.float32(0)), ties_bf,
+                               np.nextafter(ties_bf, np.float32(np.inf)), special])
+    return vals[:len(vals) - 5]     # a size that is not a multiple of 8
+
+
+@pytest.mark.oclgrind
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_narrow_rounds_to_nearest_even(device, dtype):
+    """float32 -> storage matches NumPy's (float16) / ml_dtypes' (bfloat16) round-to-nearest-even
+    cast bit for bit; NaN stays NaN; a device array with an offset is read from its offset."""
+    vals = _float32_cases()
+    with np.errstate(over="ignore", invalid="ignore"):     # the overflow and NaN cases
+        want = vals.astype(dtype)
+    got = _arrays.narrow(device, cla.to_device(device.queue, vals), dtype).get()
+    assert got.dtype == dtype
+    nan = np.isnan(vals)
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    # widening what was narrowed gives the narrowed values exactly
+    back = _arrays.widen(device, cla.to_device(device.queue, got), dtype).get()
+    assert np.array_equal(back[~nan], got[~nan].astype(np.float32))
+    shifted = cla.to_device(device.queue, vals)[5:]
+    got = _arrays.narrow(device, shifted, dtype).get()
+    assert np.array_equal(got[~nan[5:]].view(np.uint16), want[5:][~nan[5:]].view(np.uint16))
+
+
+# =================================================================================================
+# MPSGraph dialect
+
+def mps_case(kind, dtype, shape=S.PRIME, bidirectional=False, seed=0, scale=None):
+    inputs = S.layer_inputs(kind, shape, bidirectional=bidirectional, seed=seed, scale=scale)
+    return rounded(inputs, dtype)
+
+
+def check_mps(device, kind, desc, inputs, dtype, device_arrays=False, seed=100):
+    """Forward outputs (h, c, z_state) and every gradient vs mps_ref on the rounded inputs;
+    returns the arguments as passed (device arrays with ``device_arrays``)."""
+    T, N = inputs["source"].shape[:2]
+    H = inputs["recurrent_weight"].shape[-1]
+    D = 2 if desc.bidirectional else 1
+    tdesc = training_desc(kind, desc)
+    args = {k: to_device(device, v) for k, v in inputs.items()} if device_arrays else inputs
+    src, R = args["source"], args["recurrent_weight"]
+    rest = {k: v for k, v in args.items() if k not in ("source", "recurrent_weight")}
+    lib = {"rnn": rc.single_gate_rnn, "lstm": rc.lstm, "gru": rc.gru}[kind]
+    out = lib(src, R, **rest, descriptor=tdesc, device=device)
+    if device_arrays:
+        assert all(isinstance(o, cla.Array) for o in out)
+        out = [o.get() for o in out]
+    ref = {"rnn": M.single_gate_rnn, "lstm": M.lstm, "gru": M.gru}[kind]
+    fi = f64(inputs)
+    want = ref(fi.pop("source"), fi.pop("recurrent_weight"), **fi,
+               descriptor=_ref_desc(kind, tdesc))
+    check(out[0], want[0], dtype, f"{kind} h")
+    if kind == "lstm":
+        check(out[1], want[1], dtype, "lstm c")
+    check(out[-1], activated_z(kind, desc, want[-1], H), dtype, f"{kind} z_state")
+    rng = np.random.default_rng(seed)
+    dy = rng.standard_normal((T, N, D * H)).astype(dtype)
+    dhn = rng.standard_normal((N, D * H)).astype(dtype)
+    dcn = rng.standard_normal((N, D * H)).astype(dtype) if kind == "lstm" else None
+    if device_arrays:
+        saved = [to_device(device, o) for o in out]
+        got = lib_gradients(kind, args, desc, device, to_device(device, dy),
+                            to_device(device, dhn), to_device(device, dcn), saved=saved)
+        assert all(isinstance(g, cla.Array) for g in got)
+    else:
+        got = lib_gradients(kind, inputs, desc, device, dy, dhn, dcn, saved=out)
+    exp = ref_gradients(kind, f64(inputs), desc, dy.astype(np.float64), dhn.astype(np.float64),
+                        None if dcn is None else dcn.astype(np.float64))
+    names = grad_names(kind, inputs)
+    assert len(got) == len(exp) == len(names)
+    for name, g, w in zip(names, got, exp):
+        check(g, w, dtype, f"{kind} d_{name}", part="gradient")
+    return args
+
+
+def _ref_desc(kind, desc):
+    import dataclasses
+    cls = {"rnn": M.SingleGateRNNDescriptor, "lstm": M.LSTMDescriptor,
+           "gru": M.GRUDescriptor}[kind]
+    return cls(**{f.name: getattr(desc, f.name) for f in dataclasses.fields(cls)})
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["fwd", "bidi"])
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_mps_every_input(device, kind, bidirectional, dtype):
+    """Every optional input (mask with zeros, peepholes, secondary bias, initial states)."""
+    desc = desc_of(kind, bidirectional=bidirectional, **default_flags(kind))
+    check_mps(device, kind, desc, mps_case(kind, dtype, bidirectional=bidirectional), dtype)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("shape", S.SHAPES[1:], ids=S.ids(S.SHAPES[1:]))
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_mps_shapes(device, kind, shape, dtype):
+    """The layer tests' awkward shapes (vector tails, one unit, one row, 13 rows, one step)."""
+    desc = desc_of(kind, **default_flags(kind))
+    check_mps(device, kind, desc, mps_case(kind, dtype, shape, seed=7), dtype)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_mps_device_arrays(device, kind, dtype):
+    """pyopencl arrays in, pyopencl arrays of the storage dtype out, same values; no input
+    array is written (the float32 copies are the op's own)."""
+    desc = desc_of(kind, reverse=True, **default_flags(kind))
+    inputs = mps_case(kind, dtype, seed=3)
+    args = check_mps(device, kind, desc, inputs, dtype, device_arrays=True)
+    for k, v in inputs.items():
+        assert np.array_equal(args[k].get().view(np.uint16), v.view(np.uint16)), k
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_mps_long_sequence(device, kind, dtype):
+    """T = 200: rounding does not pile up through time (outputs and gradients)."""
+    shape = S.Shape("long", T=200, N=5, I=3, H=11)
+    desc = desc_of(kind, **default_flags(kind))
+    check_mps(device, kind, desc, mps_case(kind, dtype, shape, seed=5), dtype)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_mps_saturated_gates(device, kind, dtype):
+    """Weights 6x larger than usual: most gates saturate; still within the tolerance."""
+    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
+    inputs = mps_case(kind, dtype, seed=11, bidirectional=True, scale=2.0)
+    check_mps(device, kind, desc, inputs, dtype)
+
+
+@pytest.mark.oclgrind
+def test_mps_lstm_float16_small(device):
+    """A small float16 LSTM forward and backward (the oclgrind run's 16-bit op path)."""
+    desc = desc_of("lstm", bidirectional=True)
+    check_mps(device, "lstm", desc, mps_case("lstm", np.dtype(np.float16), S.SMALL, True),
+              np.dtype(np.float16))
+
+
+# =================================================================================================
+# TensorFlow block ops
+
+def _tf_inputs(rng, dtype, T, N, I, H, cell=False):
+    w = 1.0 / np.sqrt(I + H)
+    d = {"x": rng.standard_normal((N, I) if cell else (T, N, I)),
+         "cs_prev": 0.8 * rng.standard_normal((N, H)), "h_prev": 0.8 * rng.standard_normal((N, H)),
+         "w": w * rng.standard_normal((I + H, 4 * H)), "wci": 0.5 * rng.standard_normal(H),
+         "wcf": 0.5 * rng.standard_normal(H), "wco": 0.5 * rng.standard_normal(H),
+         "b": 0.3 * rng.standard_normal(4 * H)}
+    return rounded(d, dtype)
+
+
+def _args(d, names, device=None):
+    return [to_device(device, d[n]) if device is not None else d[n] for n in names]
+
+
+LSTM_IN = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+
+
+@pytest.mark.parametrize("device_arrays", [False, True], ids=["numpy", "device"])
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_tf_gru_block_cell(device, dtype, device_arrays):
+    rng = np.random.default_rng(21)
+    N, I, H = 5, 3, 7
+    d = rounded({"x": rng.standard_normal((N, I)), "h_prev": 0.8 * rng.standard_normal((N, H)),
+                 "w_ru": 0.4 * rng.standard_normal((I + H, 2 * H)),
+                 "w_c": 0.4 * rng.standard_normal((I + H, H)),
+                 "b_ru": 0.3 * rng.standard_normal(2 * H), "b_c": 0.3 * rng.standard_normal(H),
+                 "d_h": rng.standard_normal((N, H))}, dtype)
+    dev = device if device_arrays else None
+    names = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+    out = rc.gru_block_cell(*_args(d, names, dev), device=device)
+    want = TR.gru_block_cell(*_args(f64(d), names))
+    for k, (o, w) in enumerate(zip(out, want)):
+        check(o, w, dtype, f"gru_block_cell output {k}")
+    r, u, c = out[:3]
+    grads = rc.gru_block_cell_grad(*_args(d, names, dev), r, u, c, *_args(d, ["d_h"], dev),
+                                   device=device)
+    host = [o.get() if device_arrays else o for o in out[:3]]
+    want = TR.gru_block_cell_grad(*_args(f64(d), names), *[h.astype(np.float64) for h in host],
+                                  f64(d)["d_h"])
+    for k, (g, w) in enumerate(zip(grads, want)):
+        check(g, w, dtype, f"gru_block_cell_grad output {k}", "gradient")
+    wg = rc.gru_block_cell_weight_grads(*_args(d, ("x", "h_prev"), dev), r, grads[2], grads[3],
+                                        device=device)
+    gh = [g.get() if device_arrays else g for g in grads]
+    want = TR.gru_block_cell_weight_grads(f64(d)["x"], f64(d)["h_prev"],
+                                          host[0].astype(np.float64), gh[2].astype(np.float64),
+                                          gh[3].astype(np.float64))
+    for k, (g, w) in enumerate(zip(wg, want)):
+        check(g, w, dtype, f"gru_block_cell_weight_grads output {k}", "gradient")
+
+
+@pytest.mark.parametrize("device_arrays", [False, True], ids=["numpy", "device"])
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_tf_lstm_block_cell(device, dtype, device_arrays):
+    rng = np.random.default_rng(22)
+    N, I, H = 5, 3, 7
+    d = _tf_inputs(rng, dtype, 1, N, I, H, cell=True)
+    d.update(rounded({"cs_grad": rng.standard_normal((N, H)),
+                      "h_grad": rng.standard_normal((N, H))}, dtype))
+    dev = device if device_arrays else None
+    kw = dict(forget_bias=0.7, cell_clip=1.5, use_peephole=True)
+    out = rc.lstm_block_cell(*_args(d, LSTM_IN, dev), **kw, device=device)
+    want = TR.lstm_block_cell(*_args(f64(d), LSTM_IN), **kw)
+    for k, (o, w) in enumerate(zip(out, want)):
+        check(o, w, dtype, f"lstm_block_cell output {k}")
+    i, cs, f, o, ci, co, _ = out
+    grads = rc.lstm_block_cell_grad(*_args(d, LSTM_IN, dev), i, cs, f, o, ci, co,
+                                    *_args(d, ("cs_grad", "h_grad"), dev), use_peephole=True,
+                                    device=device)
+    host = [a.get().astype(np.float64) if device_arrays else a.astype(np.float64)
+            for a in out[:6]]
+    want = TR.lstm_block_cell_grad(*_args(f64(d), LSTM_IN), *host,
+                                   *_args(f64(d), ("cs_grad", "h_grad")), use_peephole=True)
+    for k, (g, w) in enumerate(zip(grads, want)):
+        check(g, w, dtype, f"lstm_block_cell_grad output {k}", "gradient")
+    dicfo = grads[1]
+    wg = rc.lstm_block_cell_weight_grads(*_args(d, ("x", "h_prev", "w"), dev), dicfo,
+                                         device=device)
+    dh = (dicfo.get() if device_arrays else dicfo).astype(np.float64)
+    want = TR.lstm_block_cell_weight_grads(*_args(f64(d), ("x", "h_prev", "w")), dh)
+    for k, (g, w) in enumerate(zip(wg, want)):
+        check(g, w, dtype, f"lstm_block_cell_weight_grads output {k}", "gradient")
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["block_lstm", "block_lstm_v2"])
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_tf_block_lstm(device, dtype, v2):
+    """BlockLSTM(V2) and their gradients, seq_len_max < T, peepholes, clip (v1), T = 200."""
+    rng = np.random.default_rng(23)
+    T, N, I, H = 200, 5, 3, 7
+    d = _tf_inputs(rng, dtype, T, N, I, H)
+    d.update(rounded({"cs_grad": rng.standard_normal((T, N, H)),
+                      "h_grad": rng.standard_normal((T, N, H))}, dtype))
+    if v2:
+        fwd, ref_fwd, grad, ref_grad = (rc.block_lstm_v2, TR.block_lstm_v2,
+                                        rc.block_lstm_grad_v2, TR.block_lstm_grad_v2)
+        kw = dict(cell_clip=0.0, use_peephole=True)
+    else:
+        fwd, ref_fwd, grad, ref_grad = (rc.block_lstm, TR.block_lstm, rc.block_lstm_grad,
+                                        TR.block_lstm_grad)
+        kw = dict(forget_bias=0.5, cell_clip=2.0, use_peephole=True)
+    out = fwd(T - 3, *_args(d, LSTM_IN), **kw, device=device)
+    want = ref_fwd(T - 3, *_args(f64(d), LSTM_IN), **kw)
+    for k, (o, w) in enumerate(zip(out, want)):
+        check(o, w, dtype, f"{fwd.__name__} output {k}")
+    gkw = {"use_peephole": True}
+    grads = grad(T - 3, *_args(d, LSTM_IN), *out, *_args(d, ("cs_grad", "h_grad")), **gkw,
+                 device=device)
+    want = ref_grad(T - 3, *_args(f64(d), LSTM_IN), *[o.astype(np.float64) for o in out],
+                    *_args(f64(d), ("cs_grad", "h_grad")), **gkw)
+    for k, (g, w) in enumerate(zip(grads, want)):
+        check(g, w, dtype, f"{grad.__name__} output {k}", "gradient")
+
+
+# =================================================================================================
+# cuDNN dialect
+
+def _cudnn_problem(mode, L, D, P, dtype, *, T=7, N=5, I=3, H=11, time_major=True, seed=0):
+    rng = np.random.default_rng(seed)
+    kw = dict(rnn_mode=mode, num_proj=P, direction="bidirectional" if D == 2 else
+              "unidirectional")
+    d = {"params": rng.uniform(-0.35, 0.35, CR.params_size(L, H, I, **kw)),
+         "x": rng.standard_normal((T, N, I) if time_major else (N, T, I)),
+         "h0": 0.8 * rng.standard_normal((L * D, N, P or H)),
+         "c0": 0.8 * rng.standard_normal((L * D, N, H))}
+    return rounded(d, dtype), kw
+
+
+CUDNN_CASES = [("lstm", 2, 2, 0, True), ("lstm", 2, 1, 5, False), ("gru", 2, 2, 0, False),
+               ("rnn_tanh", 1, 2, 0, True), ("rnn_relu", 2, 1, 0, True)]
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("mode,L,D,P,tm", CUDNN_CASES,
+                         ids=[f"{m}-L{L}-D{D}-P{P}-{'tm' if t else 'bm'}"
+                              for m, L, D, P, t in CUDNN_CASES])
+def test_cudnn(device, dtype, mode, L, D, P, tm):
+    """cudnn_rnn and cudnn_rnn_backprop with lengths, every upstream gradient, half reserve."""
+    d, kw = _cudnn_problem(mode, L, D, P, dtype, time_major=tm, seed=L + D)
+    lstm = mode == "lstm"
+    c0 = d["c0"] if lstm else None
+    lens = np.array([7, 3, 6, 7, 1])
+    out = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], lens, time_major=tm, **kw,
+                       device=device)
+    assert out[3].dtype == dtype and out[3].size > 0 and out[4].dtype == np.int8
+    fd = f64(d)
+    c0d = fd["c0"] if lstm else None
+    want = CR.cudnn_rnn_forward(fd["x"], fd["h0"], c0d, fd["params"], lens, time_major=tm,
+                                **kw)
+    for k in range(3 if lstm else 2):
+        check(out[k], want[k], dtype, f"cudnn_rnn output {k}")
+    rng = np.random.default_rng(9)
+    up = [rng.standard_normal(np.shape(o)).astype(dtype) for o in out[:3]]
+    if not lstm:
+        up[2] = None
+    grads = rc.cudnn_rnn_backprop(d["x"], d["h0"], c0, d["params"], lens, *out[:3], *up,
+                                  out[3], out[4], time_major=tm, **kw, device=device)
+    want = CR.cudnn_rnn_backward(fd["x"], fd["h0"], c0d, fd["params"], lens,
+                                 *[None if u is None else u.astype(np.float64) for u in up],
+                                 time_major=tm, **kw)
+    for k in range(4):
+        if k == 2 and not lstm:
+            assert grads[2].shape == (0,) and grads[2].dtype == dtype
+            continue
+        check(grads[k], want[k], dtype, f"cudnn_rnn_backprop output {k}", "gradient")
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_cudnn_device_arrays_and_params(device, dtype):
+    """Device arrays through cudnn_rnn/backprop; the params conversions exact in 16 bits."""
+    d, kw = _cudnn_problem("gru", 1, 2, 0, dtype, seed=4)
+    L, H, I = 1, 11, 3
+    n = rc.cudnn_rnn_params_size(L, H, I, **kw)
+    assert n == d["params"].size      # elements: the dtype's bytes per element times this
+    weights, biases = rc.cudnn_rnn_params_to_canonical(L, H, I, d["params"], **kw)
+    assert all(w.dtype == dtype for w in weights + biases)
+    back = rc.cudnn_rnn_canonical_to_params(L, H, I, weights, biases, **kw)
+    assert back.dtype == dtype and np.array_equal(back.view(np.uint16),
+                                                  d["params"].view(np.uint16))
+    pd = to_device(device, d["params"])
+    dw, db = rc.cudnn_rnn_params_to_canonical(L, H, I, pd, **kw, device=device)
+    assert all(isinstance(a, cla.Array) and a.dtype == dtype for a in dw + db)
+    for a, b in zip(dw + db, weights + biases):
+        assert np.array_equal(a.get().view(np.uint16), b.view(np.uint16))
+    pback = rc.cudnn_rnn_canonical_to_params(L, H, I, dw, db, **kw, device=device)
+    assert pback.dtype == dtype and np.array_equal(pback.get().view(np.uint16),
+                                                   d["params"].view(np.uint16))
+    x, h0 = to_device(device, d["x"]), to_device(device, d["h0"])
+    out = rc.cudnn_rnn(x, h0, None, pd, **kw, device=device)
+    assert all(isinstance(o, cla.Array) and o.dtype == dtype for o in out[:4])
+    host = rc.cudnn_rnn(d["x"], d["h0"], None, d["params"], **kw, device=device)
+    for o, h in zip(out[:4], host[:4]):
+        assert np.array_equal(o.get().view(np.uint16), h.view(np.uint16))
+    dy = to_device(device, np.ones(out[0].shape, dtype))
+    grads = rc.cudnn_rnn_backprop(x, h0, None, pd, None, *out[:3], dy, None, None, out[3],
+                                  out[4], **kw, device=device)
+    assert all(isinstance(g, cla.Array) and g.dtype == dtype for g in grads)
+
+
+def test_cudnn_dropout_mask_float16(device):
+    """The documented mask in float16: the float32 mask's values rounded."""
+    from pyrnn_cl.cudnn import cudnn_dropout_mask
+    m16 = cudnn_dropout_mask((4, 3, 5), 0, 0.3, seed=2, dtype=np.float16, device=device)
+    m32 = cudnn_dropout_mask((4, 3, 5), 0, 0.3, seed=2, dtype=np.float32, device=device)
+    assert m16.dtype == np.float16
+    assert np.array_equal(m16, m32.astype(np.float16))
+    assert set(np.unique(m32)) <= {0.0, np.float32(1 / 0.7)}
+
+
+# =================================================================================================
+# PyTorch's float16 LSTM
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("T", [7, 200])
+def test_not_less_accurate_than_torch_float16(device, T):
+    """On the same float16 inputs, pyrnn_cl's LSTM (forward, input/state/weight gradients) is
+    at least as close to the float64 reference as PyTorch's CPU float16 nn.LSTM."""
+    import torch
+
+    torch.manual_seed(0)
+    I, H, N, L = 3, 11, 5, 2
+    m = torch.nn.LSTM(I, H, num_layers=L, bidirectional=True)
+    for p in m.parameters():
+        torch.nn.init.uniform_(p, -0.35, 0.35)
+    m = m.half()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((T, N, I)).astype(np.float16)
+    h0 = (0.8 * rng.standard_normal((2 * L, N, H))).astype(np.float16)
+    c0 = (0.8 * rng.standard_normal((2 * L, N, H))).astype(np.float16)
+    dy = rng.standard_normal((T, N, 2 * H)).astype(np.float16)
+    W, B = [], []
+    for layer in range(L):
+        for sfx in ("", "_reverse"):
+            def p(n):
+                return getattr(m, f"{n}_l{layer}{sfx}").detach().numpy()
+            W += list(np.split(p("weight_ih"), 4)) + list(np.split(p("weight_hh"), 4))
+            B += list(np.split(p("bias_ih"), 4)) + list(np.split(p("bias_hh"), 4))
+    kw = dict(rnn_mode="lstm", direction="bidirectional")
+    params = rc.cudnn_rnn_canonical_to_params(L, H, I, W, B, **kw)
+    assert params.dtype == np.float16
+    # float64 reference on the same (float16) values
+    p64 = params.astype(np.float64)
+    want = CR.cudnn_rnn_forward(x.astype(np.float64), h0.astype(np.float64),
+                                c0.astype(np.float64), p64, **kw)
+    wgrad = CR.cudnn_rnn_backward(x.astype(np.float64), h0.astype(np.float64),
+                                  c0.astype(np.float64), p64, None, dy.astype(np.float64),
+                                  None, None, **kw)
+    # pyrnn_cl
+    out = rc.cudnn_rnn(x, h0, c0, params, **kw, device=device)
+    grads = rc.cudnn_rnn_backprop(x, h0, c0, params, None, *out[:3], dy, None, None, out[3],
+                                  out[4], **kw, device=device)
+    # torch float16
+    xt = torch.tensor(x, requires_grad=True)
+    h0t, c0t = torch.tensor(h0, requires_grad=True), torch.tensor(c0, requires_grad=True)
+    y, _ = m(xt, (h0t, c0t))
+    m.zero_grad()
+    (y * torch.tensor(dy)).sum().backward()
+    gW, gB = [], []
+    for layer in range(L):
+        for sfx in ("", "_reverse"):
+            def g(n):
+                return getattr(m, f"{n}_l{layer}{sfx}").grad.numpy()
+            gW += list(np.split(g("weight_ih"), 4)) + list(np.split(g("weight_hh"), 4))
+            gB += list(np.split(g("bias_ih"), 4)) + list(np.split(g("bias_hh"), 4))
+    t_params = CR.canonical_to_params(L, H, I, [a.astype(np.float64) for a in gW],
+                                      [a.astype(np.float64) for a in gB], **kw)
+    pairs = [("output", out[0], y.detach().numpy(), want[0]),
+             ("input_backprop", grads[0], xt.grad.numpy(), wgrad[0]),
+             ("input_h_backprop", grads[1], h0t.grad.numpy(), wgrad[1]),
+             ("input_c_backprop", grads[2], c0t.grad.numpy(), wgrad[2]),
+             ("params_backprop", grads[3], t_params, wgrad[3])]
+    for name, ours, theirs, ref in pairs:
+        e_ours, e_torch = rel_norm(ours, ref), rel_norm(theirs, ref)
+        print(f"T={T} {name}: pyrnn_cl {e_ours:.2e}, torch float16 {e_torch:.2e}")
+        assert ours.dtype == np.float16
+        assert e_ours <= e_torch, f"{name}: pyrnn_cl {e_ours:.3e} > torch {e_torch:.3e}"
+
+
+# =================================================================================================
+# validation
+
+
+def test_mixed_storage_dtypes_name_the_argument(device):
+    inputs = mps_case("lstm", np.dtype(np.float16))
+    R = inputs["recurrent_weight"]
+    with pytest.raises(TypeError, match=r"recurrent_weight: got dtype float32, but source is "
+                                        r"float16"):
+        rc.lstm(inputs["source"], R.astype(np.float32), device=device)
+    with pytest.raises(TypeError, match=r"init_state: got dtype float64, but source is float16"):
+        rc.lstm(inputs["source"], R, init_state=np.zeros((5, 11)), device=device)
+    if BF16 is not None:
+        with pytest.raises(TypeError, match=r"input_h: got dtype bfloat16, but input is float16"):
+            rc.cudnn_rnn(np.zeros((2, 1, 3), np.float16), np.zeros((1, 1, 4), BF16),
+                         None, np.zeros(rc.cudnn_rnn_params_size(1, 4, 3, rnn_mode="gru"),
+                                        np.float16), rnn_mode="gru", device=device)
+
+
+def test_unsupported_dtype_lists_the_storage_dtypes(device):
+    x = np.zeros((2, 1, 3), np.int16)
+    with pytest.raises(TypeError, match=r"source: got dtype int16, expected float32, float64, "
+                                        r"float16"):
+        rc.gru(x, np.zeros((3, 3), np.int16), device=device)
+
+
+def test_reserve_space_of_another_dtype_is_refused(device):
+    """A float16 forward's reserve space does not pass for a float32 backprop."""
+    d, kw = _cudnn_problem("gru", 1, 1, 0, np.dtype(np.float16), seed=2)
+    out = rc.cudnn_rnn(d["x"], d["h0"], None, d["params"], **kw, device=device)
+    f32 = {k: v.astype(np.float32) for k, v in d.items()}
+    with pytest.raises(ValueError, match="host_reserved: does not match"):
+        rc.cudnn_rnn_backprop(f32["x"], f32["h0"], None, f32["params"], None,
+                              *[o.astype(np.float32) for o in out[:3]],
+                              np.ones(out[0].shape, np.float32), None, None,
+                              out[3].astype(np.float32), out[4], **kw, device=device)
+
+
+@pytest.mark.parametrize("device_arrays", [False, True], ids=["numpy", "device"])
+@pytest.mark.parametrize("shape", S.EMPTY, ids=S.ids(S.EMPTY))
+def test_empty_sizes(device, shape, device_arrays):
+    """T = 0 / N = 0 in float16: empty outputs of the storage dtype; the final-state gradient
+    passes to the initial state unchanged (exactly: no rounding on the way)."""
+    dtype = np.dtype(np.float16)
+    inputs = mps_case("gru", dtype, shape, seed=8)
+    desc = desc_of("gru", training=True)
+    args = {k: to_device(device, v) if device_arrays and v.size else v
+            for k, v in inputs.items()}
+    src, R = args.pop("source"), args.pop("recurrent_weight")
+    h, z = rc.gru(src, R, **args, descriptor=desc, device=device)
+    for o, width in ((h, shape.H), (z, 3 * shape.H)):
+        assert o.dtype == dtype and o.shape == (shape.T, shape.N, width)
+    dhn = np.random.default_rng(0).standard_normal((shape.N, shape.H)).astype(dtype)
+    got = rc.gru_gradients(src, R, h, z, h, **args, state_gradient=dhn,
+                           descriptor=desc_of("gru"), device=device)
+    got = [g.get() if isinstance(g, cla.Array) else g for g in got]
+    assert all(g.dtype == dtype for g in got)
+    d_init = got[grad_names("gru", inputs).index("init_state")]
+    if shape.T == 0:
+        assert np.array_equal(d_init, dhn)
