@@ -66,8 +66,9 @@ keeps its state for backward in training mode and whenever a gradient is wanted 
 parameters require grad keeps it, and keeps state it may not need); the gradient of an unused
 output is not materialised (nothing is uploaded for it).
 
-Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32 and float64
-(float64 needs ``cl_khr_fp64``). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
+Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32, float64
+(needs ``cl_khr_fp64``), float16 and bfloat16 (16-bit storage with float32 maths; bfloat16 needs
+``ml_dtypes``, installed by the ``torch`` extra). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
 string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Device` or a
 ``pyopencl.CommandQueue``. A spec string keeps the module picklable and an exported program
 valid in another process.
@@ -110,6 +111,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import cudnn as _cudnn
+from . import sources as _sources
 from ._arrays import temporary
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError
@@ -118,7 +120,13 @@ from .layout import HOST_RESERVED_SIZE, make_layout
 __all__ = ["RNN", "LSTM", "GRU"]
 
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
-_DTYPES = (torch.float32, torch.float64)
+#: torch dtypes the modules run in, and NumPy's dtype for each (the storage dtypes of the
+#: cuDNN dialect; torch.bfloat16 maps to ml_dtypes.bfloat16, present with the ``torch`` extra).
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+                 torch.float16: np.dtype(np.float16)}
+if _sources._bfloat16() is not None:
+    _NUMPY_DTYPES[torch.bfloat16] = _sources._bfloat16()
+_DTYPES = tuple(_NUMPY_DTYPES)
 _LOCK = threading.Lock()
 
 # Counters of the device-side caches (read by the tests): parameter uploads, reserve spaces
@@ -180,7 +188,20 @@ def _slots(mode, L, I, H, D, P, bias):
 
 
 def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+    """``t``'s values as a NumPy array (no copy where possible); a bfloat16 tensor, which NumPy
+    cannot take directly, goes through its bits."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_NUMPY_DTYPES[torch.bfloat16])
+    return t.numpy()
+
+
+def _tensor(a: np.ndarray) -> Tensor:
+    """The CPU tensor sharing ``a``'s memory (``ml_dtypes.bfloat16`` through its bits)."""
+    bf16 = _NUMPY_DTYPES.get(torch.bfloat16)
+    if bf16 is not None and a.dtype == bf16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _upload(dev, t: Optional[Tensor]):
@@ -206,7 +227,7 @@ def _read(queue, reads) -> list:
         if host.size:
             cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
                             is_blocking=False)
-        outs.append(torch.from_numpy(host))
+        outs.append(_tensor(host))
     queue.finish()
     return outs
 
@@ -255,8 +276,8 @@ def _device_params(dev, dkey, slots, size, params):
     for (off, n), p in zip(slots, params):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
-    entry.array = cla.to_device(dev.queue, flat.numpy())
-    entry.host, entry.versions = flat.numpy(), versions
+    entry.host, entry.versions = _numpy(flat), versions
+    entry.array = cla.to_device(dev.queue, entry.host)
     entry.refs = [weakref.ref(p.untyped_storage(), functools.partial(_drop_params, key))
                   for p in params]
     with _LOCK:
@@ -593,7 +614,11 @@ class _CLRNNMixin:
                              f"(convert the input with input.to({dtype}) or the module with "
                              f"module.to({x.dtype}))")
         if dtype not in _DTYPES:
-            raise TypeError(f"parameters: got dtype {dtype}, expected float32 or float64")
+            raise TypeError(f"parameters: got dtype {dtype}, expected one of "
+                            f"{', '.join(str(d) for d in _DTYPES)}"
+                            + ("" if torch.bfloat16 in _DTYPES else
+                               " (torch.bfloat16 needs the ml_dtypes package: "
+                               'pip install "pyrnn_cl[torch]")'))
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"input: got shape {list(x.shape)}, the last axis must be "
                              f"input_size={self.input_size}")
