@@ -68,10 +68,10 @@ output is not materialised (nothing is uploaded for it).
 
 Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32, float64
 (needs ``cl_khr_fp64``), float16 and bfloat16 (16-bit storage with float32 maths; bfloat16 needs
-``ml_dtypes``, installed by the ``torch`` extra). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
-string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Device` or a
-``pyopencl.CommandQueue``. A spec string keeps the module picklable and an exported program
-valid in another process.
+``ml_dtypes``, installed by the ``torch`` extra). ``cl_device``: ``None`` (pyrnn_cl's
+default), a device spec string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a
+:class:`pyrnn_cl.devices.Device` or a ``pyopencl.CommandQueue``. A spec string keeps the
+module picklable and an exported program valid in another process.
 
 **torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
 not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of
