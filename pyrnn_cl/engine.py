@@ -38,7 +38,7 @@ import pyopencl.array as cla
 
 from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
 from .cells import CellSpec
-from .gemm import gemm, sum_rows
+from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
@@ -645,7 +645,7 @@ class Recurrence:
                     gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd["y"], dR.array,
                          trans_a=True, a_offset=(ya - t0) * N * D * GH + d * GH, lda=D * GH,
                          b_offset=max(ya + shift, 0) * N * D * K + d * K, ldb=D * K,
-                         c_offset=c_off, beta=beta)
+                         c_offset=c_off, beta=beta, k_block=WEIGHT_GRADIENT_K_BLOCK)
                     if t0 <= t_h0 < t1 and (h0.sd or h0.sn):  # (stride 0: the zero state)
                         gemm(dev, dt, GH, K, N, chunk.dgh, h0.array, dR.array, trans_a=True,
                              a_offset=(t_h0 - t0) * N * D * GH + d * GH, lda=D * GH,
@@ -662,13 +662,15 @@ class Recurrence:
                     for lo, hi, src in parts:
                         gemm(dev, dt, hi - lo, K, rows, chunk.dgh, src, dR.array, trans_a=True,
                              a_offset=d * GH + lo, lda=D * GH, b_offset=d * K, ldb=D * K,
-                             c_offset=c_off + lo * K, beta=beta)
+                             c_offset=c_off + lo * K, beta=beta,
+                             k_block=WEIGHT_GRADIENT_K_BLOCK)
         if P:
             for d in range(D):
                 t0, _ = self._chunk_times(chunk, d)
                 gemm(dev, dt, P, H, rows, chunk.dr, fwd["hs"], dwp.array, trans_a=True,
                      a_offset=d * P, lda=D * P, b_offset=t0 * N * D * H + d * H, ldb=D * H,
-                     c_offset=dwp.offset + d * dwp.stride, beta=beta)
+                     c_offset=dwp.offset + d * dwp.stride, beta=beta,
+                     k_block=WEIGHT_GRADIENT_K_BLOCK)
         if res["dpeep"] is not None:
             pg = self._program().kernel("pyrnn_peep_grad")
             set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(chunk.s_lo),
@@ -731,7 +733,8 @@ class Recurrence:
                 t0, _ = self._chunk_times(chunk, d)
                 gemm(dev, dt, GH, I, rows, chunk.dgx, side.x, side.dw.array, trans_a=True,
                      a_offset=d * GH, lda=D * GH, b_offset=t0 * N * I, ldb=I,
-                     c_offset=side.dw.offset + d * side.dw.stride, ldc=I, beta=beta)
+                     c_offset=side.dw.offset + d * side.dw.stride, ldc=I, beta=beta,
+                     k_block=WEIGHT_GRADIENT_K_BLOCK)
         # with one kind of gate gradient both biases get the same sums: dhb copies db's once
         # every chunk is in
         copy_dhb = side.dhb is not None and side.db is not None and chunk.dgh is chunk.dgx

@@ -99,6 +99,11 @@ def _dtype_code(dtype) -> int:
     raise TypeError(f"dtype must be float32 or float64, got {dtype}")
 
 
+#: ``gemm(k_block=...)`` of the weight-gradient GEMMs: their float32 sums over T*N rows then
+#: match or beat PyTorch's CPU float32 (TF's "large" training shape, tests/test_accuracy.py).
+WEIGHT_GRADIENT_K_BLOCK = 64
+
+
 def _gemm_config(device, code: int) -> tuple[dict, dict]:
     """(defines for gemm.cl, host tunables) for ``device`` and dtype ``code``."""
     tuning = device.tuning("gemm" if code == 1 else "gemm_f64")
@@ -235,7 +240,8 @@ def _round_up(x: int, multiple: int) -> int:
 
 def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
          a_offset=0, lda=None, b_offset=0, ldb=None, c_offset=0, ldc=None,
-         batch=1, stride_a=0, stride_b=0, stride_c=0, bias=None, bias_offset=0, wait_for=None):
+         batch=1, stride_a=0, stride_b=0, stride_c=0, bias=None, bias_offset=0, wait_for=None,
+         k_block=0):
     """Enqueue ``C = alpha * op(A) @ op(B) + beta * C (+ bias)`` on ``device.queue``; returns None.
 
     ``op(A)`` is ``[m x k]`` (A stored ``[k x m]`` when ``trans_a``), ``op(B)`` is ``[k x n]``
@@ -248,6 +254,10 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     C in the same launch (``C[i][j] += bias[j]``; input projections ``x W^T + b``), the same
     vector for every batch entry.
     ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C (+ bias)``.
+    ``k_block > 0``: where the outer-product kernel runs, the k-sum is two-level, in blocks of
+    ``k_block`` steps each added to C (float32 error grows with about ``k_block + k / k_block``
+    terms instead of ``k``); for weight gradients, whose ``k`` is every step's rows
+    (:data:`WEIGHT_GRADIENT_K_BLOCK`). Another program; not used when ``k <= k_block``.
     """
     device = resolve_device(device)
     device.check_dtype(dtype)
@@ -290,6 +300,8 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
 
     alpha, beta = float(alpha), float(beta)
     defines, host = _gemm_config(device, code)
+    if 0 < int(k_block) < k:
+        defines = dict(defines, GEMM_KBLK=int(k_block))
     prog = get_program(device, "gemm.cl", defines)
     queue = device.queue
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]

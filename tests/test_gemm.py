@@ -69,17 +69,47 @@ def _op(x, t):
     return x.T if t else x
 
 
-def _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=False):
+def _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=False, **kw):
     A = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
     B = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
     C0 = np.full((m, n), np.nan, dtype) if nan_c else rng.standard_normal((m, n)).astype(dtype)
     q = dev.queue
     a, b, c = _dev_array(q, A), _dev_array(q, B), _dev_array(q, C0)
-    gemm(dev, dtype, m, n, k, a, b, c, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta)
+    gemm(dev, dtype, m, n, k, a, b, c, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta, **kw)
     ref = alpha * (_op(A, ta).astype(np.float64) @ _op(B, tb).astype(np.float64))
     if beta != 0:
         ref += beta * C0.astype(np.float64)
     return c.get()[: m * n].reshape(m, n), ref
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_gemm_k_blocks(dev, dtype, ta, tb):
+    """``k_block``: the two-level k-sum (weight gradients) gives the product, with beta, a NaN C
+    under beta = 0 (never read), k a multiple of the block and not, and a k of one block."""
+    _need(dev, dtype)
+    rng = np.random.default_rng(5)
+    bad = []
+    cases = [(7, 13, 64 * 3, 1.0, 0.0, True), (5, 70, 200, 0.75, -1.25, False),
+             (33, 17, 129, -1.0, 1.0, False), (3, 5, 65, 2.0, 0.5, False)]
+    for m, n, k, alpha, beta, nan_c in cases:
+        out, ref = _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=nan_c, k_block=64)
+        err = _rel(out, ref)
+        if not err <= TOL[dtype]:
+            bad.append(((m, n, k), err))
+    assert not bad, f"relative error above {TOL[dtype]}: {bad}"
+
+
+def test_gemm_k_blocks_sum_more_exactly(dev):
+    """A float32 sum over k = 4096 rows, two-level (blocks of 64), is closer to float64 than the
+    one-level sum: the reason weight gradients use it."""
+    m, n, k = 8, 64, 4096
+    errs = []
+    for k_block in (0, 64):
+        out, ref = _run(dev, np.float32, m, n, k, True, False, 1.0, 0.0,
+                        np.random.default_rng(7), k_block=k_block)
+        errs.append(float(np.abs(out - ref).max()))
+    assert errs[1] < 0.6 * errs[0], errs
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

@@ -254,9 +254,10 @@ def test_gemm_every_transposition(device, m, n, k):
             b = _r(rng, 2, *((n, k) if tb else (k, n)))
             c0 = _r(rng, 2, m, n)
             c = cla.to_device(q, c0)
+            # k > 32: the outer kernel sums in blocks of 32 (weight gradients' two-level sum)
             gemm.gemm(device, F32, m, n, k, cla.to_device(q, a), cla.to_device(q, b), c,
                       trans_a=ta, trans_b=tb, alpha=0.5, beta=2.0, batch=2,
-                      stride_a=a[0].size, stride_b=b[0].size, stride_c=m * n)
+                      stride_a=a[0].size, stride_b=b[0].size, stride_c=m * n, k_block=32)
             opa = np.swapaxes(a, 1, 2) if ta else a
             opb = np.swapaxes(b, 1, 2) if tb else b
             _close(c.get(), 0.5 * opa.astype(float) @ opb + 2.0 * c0, f"gemm {ta} {tb}",

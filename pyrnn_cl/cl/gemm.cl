@@ -65,6 +65,11 @@
 #ifndef GEMM_PACK_KC
 #define GEMM_PACK_KC 16    // pack: k values per work-item
 #endif
+#ifndef GEMM_KBLK
+#define GEMM_KBLK 0        // outer: > 0 sums k in blocks of GEMM_KBLK steps, each block's tile
+#endif                     //    added to D (a two-level sum: error ~ GEMM_KBLK + k / GEMM_KBLK
+                           //    terms instead of k); the host asks for it on weight gradients,
+                           //    whose k is T*N rows. A second register tile would spill.
 
 // ---- scalar / vector types ---------------------------------------------------------------------
 #if PYRNN_DTYPE == 2
@@ -158,6 +163,20 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
   #pragma unroll
   for (int i = 0; i < GEMM_TM; ++i) prow[i] = p + min(i, m - 1 - i0) * p_si;
 
+  const __global GEMM_T* qk = q;
+#if GEMM_KBLK
+  // blocks of GEMM_KBLK k-steps: the first stores beta * D + bias + alpha * its sum, the later
+  // ones add theirs (k == 0: one pass storing beta * D + bias)
+  const GEMM_T beta_in = beta;
+  const int bias_in = has_bias;
+  for (int kb = 0; kb < k || kb == 0; kb += GEMM_KBLK) {
+  const int ke = min(k, kb + GEMM_KBLK);
+  const GEMM_T beta = kb == 0 ? beta_in : (GEMM_T)1;
+  const int has_bias = kb == 0 ? bias_in : 0;
+#else
+  {
+  const int kb = 0, ke = k;
+#endif
   GEMM_V acc[GEMM_TM][GEMM_TNV];
   #pragma unroll
   for (int i = 0; i < GEMM_TM; ++i) {
@@ -165,10 +184,9 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
     for (int v = 0; v < GEMM_TNV; ++v) acc[i][v] = (GEMM_V)0;
   }
 
-  const __global GEMM_T* qk = q;
   if (j0 + GEMM_NR <= nq) {
     // full column tile: contiguous vector loads of Q
-    for (int kk = 0; kk < k; ++kk) {
+    for (int kk = kb; kk < ke; ++kk) {
       GEMM_V bv[GEMM_TNV];
       #pragma unroll
       for (int v = 0; v < GEMM_TNV; ++v) bv[v] = GEMM_VLOAD(qk + v * GEMM_VW);
@@ -183,7 +201,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
     }
   } else {
     // column tile crossing n: element-wise loads with clamped column index
-    for (int kk = 0; kk < k; ++kk) {
+    for (int kk = kb; kk < ke; ++kk) {
       GEMM_V bv[GEMM_TNV];
       #pragma unroll
       for (int v = 0; v < GEMM_TNV; ++v) {
@@ -244,6 +262,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
       }
     }
   }
+  }  // k blocks
 }
 
 // =================================================================================================
