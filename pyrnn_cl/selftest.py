@@ -34,15 +34,14 @@ from typing import Callable
 import numpy as np
 
 from . import _selftest_ref as ref
-from .sources import STORAGE_DTYPES
+from .sources import BFLOAT16
 
 __all__ = ["main", "run_checks", "CHECKS"]
 
 TOLERANCES = {np.dtype(np.float64): (1e-10, 1e-6), np.dtype(np.float32): (1e-5, 1e-4),
               np.dtype(np.float16): (1e-2, 1e-2)}
-_BFLOAT16 = next((dt for dt in STORAGE_DTYPES if dt.name == "bfloat16"), None)
-if _BFLOAT16 is not None:      # ml_dtypes installed
-    TOLERANCES[_BFLOAT16] = (5e-2, 5e-2)
+if BFLOAT16 is not None:      # ml_dtypes installed
+    TOLERANCES[BFLOAT16] = (5e-2, 5e-2)
 _EPS = 1e-6
 
 

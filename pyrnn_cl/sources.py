@@ -32,6 +32,7 @@ __all__ = [
     "DTYPE_FLOAT16",
     "DTYPE_BFLOAT16",
     "STORAGE_DTYPES",
+    "BFLOAT16",
     "dtype_code",
     "compute_dtype",
     "storage_names",
@@ -64,6 +65,9 @@ def _bfloat16():
     return np.dtype(ml_dtypes.bfloat16)
 
 
+#: ``ml_dtypes.bfloat16`` as a NumPy dtype, or None without ml_dtypes.
+BFLOAT16 = _bfloat16()
+
 #: Every dtype an op accepts for its floating arrays (the *storage* dtype), with its
 #: ``PYRNN_DTYPE`` code and the dtype the engine computes in. float16 and bfloat16 arrays are
 #: converted to float32 on the device when a call starts and its results back (round to nearest
@@ -73,8 +77,8 @@ STORAGE_DTYPES: dict[np.dtype, tuple[int, np.dtype]] = {
     np.dtype(np.float64): (DTYPE_FLOAT64, np.dtype(np.float64)),
     np.dtype(np.float16): (DTYPE_FLOAT16, np.dtype(np.float32)),
 }
-if _bfloat16() is not None:
-    STORAGE_DTYPES[_bfloat16()] = (DTYPE_BFLOAT16, np.dtype(np.float32))
+if BFLOAT16 is not None:
+    STORAGE_DTYPES[BFLOAT16] = (DTYPE_BFLOAT16, np.dtype(np.float32))
 
 
 def storage_names() -> str:

@@ -124,8 +124,8 @@ _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn
 #: cuDNN dialect; torch.bfloat16 maps to ml_dtypes.bfloat16, present with the ``torch`` extra).
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
                  torch.float16: np.dtype(np.float16)}
-if _sources._bfloat16() is not None:
-    _NUMPY_DTYPES[torch.bfloat16] = _sources._bfloat16()
+if _sources.BFLOAT16 is not None:
+    _NUMPY_DTYPES[torch.bfloat16] = _sources.BFLOAT16
 _DTYPES = tuple(_NUMPY_DTYPES)
 _LOCK = threading.Lock()
 
