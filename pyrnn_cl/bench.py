@@ -432,6 +432,17 @@ class _Ours:
 # {{{ PyTorch side
 
 
+def _rnn_module(namespace, cfg: BenchConfig, **kw):
+    """``namespace.LSTM/GRU/RNN`` (``torch.nn``, or ``pyrnn_cl.torch`` with its ``cl_device``)
+    for ``cfg``'s cell, sizes, layers and directions (the vanilla RNN is ReLU's)."""
+    kw.update(num_layers=cfg.layers, bidirectional=cfg.directions == 2)
+    if cfg.cell == "lstm":
+        return namespace.LSTM(cfg.I, cfg.H, **kw)
+    if cfg.cell == "gru":
+        return namespace.GRU(cfg.I, cfg.H, **kw)
+    return namespace.RNN(cfg.I, cfg.H, nonlinearity="relu", **kw)
+
+
 class _Torch:
     """The same network in ``torch.nn`` with our weights, on the CPU or on ``device`` (a CUDA
     device: cuDNN; every timed call then ends with ``torch.cuda.synchronize()``)."""
@@ -441,13 +452,7 @@ class _Torch:
 
         self.torch = torch
         torch.set_num_threads(threads)
-        kw = dict(num_layers=cfg.layers, bidirectional=cfg.directions == 2)
-        if cfg.cell == "lstm":
-            mod = torch.nn.LSTM(cfg.I, cfg.H, **kw)
-        elif cfg.cell == "gru":
-            mod = torch.nn.GRU(cfg.I, cfg.H, **kw)
-        else:
-            mod = torch.nn.RNN(cfg.I, cfg.H, nonlinearity="relu", **kw)
+        mod = _rnn_module(torch.nn, cfg)
         with torch.no_grad():
             i = 0
             for layer in range(cfg.layers):
@@ -488,25 +493,22 @@ class _Torch:
 
 class _Bridge(_Torch):
     """The same network through ``pyrnn_cl.torch`` (the drop-in modules) on ``device``, with the
-    weights of ``reference`` (a CPU :class:`_Torch`): what a PyTorch user runs. Its forward and
-    backward are the cuDNN-dialect calls of :class:`_Ours` plus what torch on the CPU makes
-    inherent (the input, output and their gradients cross to and from the device) and autograd's
-    own work."""
+    weights of ``reference`` (a CPU :class:`_Torch`) in the run's storage dtype ``dtype`` (as
+    :class:`_Ours` has them): what a PyTorch user runs. Its forward and backward are the
+    cuDNN-dialect calls of :class:`_Ours` plus what torch on the CPU makes inherent (the input,
+    output and their gradients cross to and from the device) and autograd's own work."""
 
-    def __init__(self, cfg: BenchConfig, reference: _Torch, device):
+    def __init__(self, cfg: BenchConfig, reference: _Torch, device, dtype="float32"):
         import pyrnn_cl.torch as rt
 
+        storage = _storage_dtype(dtype)
+        tdtype = next(t for t, n in rt._NUMPY_DTYPES.items() if n == storage)
         self.torch, self.cuda = reference.torch, False
-        kw = dict(num_layers=cfg.layers, bidirectional=cfg.directions == 2, cl_device=device)
-        if cfg.cell == "lstm":
-            mod = rt.LSTM(cfg.I, cfg.H, **kw)
-        elif cfg.cell == "gru":
-            mod = rt.GRU(cfg.I, cfg.H, **kw)
-        else:
-            mod = rt.RNN(cfg.I, cfg.H, nonlinearity="relu", **kw)
+        mod = _rnn_module(rt, cfg, cl_device=device)
         mod.load_state_dict(reference.mod.state_dict())
-        self.mod, self.x, self.dy = mod, reference.x, reference.dy
-        self.params = list(mod.parameters())
+        self.mod = mod.to(tdtype)
+        self.x, self.dy = reference.x.to(tdtype), reference.dy.to(tdtype)
+        self.params = list(self.mod.parameters())
 
 # }}}
 
@@ -857,7 +859,7 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
         if bridge and torch_mod is not None and not tm.cuda:
-            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev).run_fwd_bwd)
+            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
         times = _timed_blocks(fns, repeat, warmup, block)
         fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])
         entry["ours"] = {"fwd": fwd, "fwd_bwd": fb, **_rates(cfg, fwd, fb, sgemm)}

@@ -212,6 +212,21 @@ def test_run_bench_16bit(device, dtype):
     assert {str(a.dtype) for a in (ours.x, ours.dy, ours.params, ours.h0, ours.c0)} == {dtype}
 
 
+def test_bridge_runs_in_the_storage_dtype(device):
+    """With a 16-bit ``dtype`` the bridge's module and tensors are in it, as our side's arrays
+    are, so the bridge ratio compares like with like."""
+    torch = pytest.importorskip("torch")
+    cfg = TINY[0]
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+    dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+    ref = bench._Torch(cfg, bench._make_weights(cfg), x, dy, threads=1)
+    side = bench._Bridge(cfg, ref, device, "float16")
+    assert {p.dtype for p in side.params} == {torch.float16}
+    assert side.x.dtype == side.dy.dtype == torch.float16
+    side.run_fwd_bwd()
+
+
 def test_main_list_and_bad_arguments(capsys):
     assert bench.main(["--list"]) == 0
     assert "tiny-latency" in capsys.readouterr().out
