@@ -5,7 +5,7 @@ Runs, in fresh interpreters, ``import pyrnn_cl.torch`` and the first forward and
 2-layer ``pyrnn_cl.torch.LSTM(16, 32)`` (T = 7, N = 3) twice: first with empty kernel caches (a
 new ``POCL_CACHE_DIR`` and ``PYRNN_CL_CACHE_DIR``), then again with the caches the first run
 filled. Prints the import, forward and backward seconds of each, the programs built, and the
-machine (CPU model and load average, since these machines are shared)::
+machine (CPU model, ISA and load average, since these machines are shared)::
 
     python tools/cold_start.py [--device pocl] [--repeat 3]
 """
@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from pyrnn_cl import bench  # noqa: E402  (the CPU model and ISA, as bench reports them)
 
 CHILD = r"""
 import json, time
@@ -43,17 +45,6 @@ print(json.dumps({"import": t1 - t0, "forward": t3 - t2, "backward": t4 - t3,
 """
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def run_once(env: dict) -> dict:
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -67,7 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None, help="pyrnn_cl device spec (default: ranking)")
     p.add_argument("--repeat", type=int, default=1, help="cold/warm pairs to run")
     args = p.parse_args(argv)
-    print(f"{_cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+    print(f"{bench._cpu_model()} ({bench._cpu_isa()}), {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, "
           f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="pyrnn_cl-cold-") as tmp:
