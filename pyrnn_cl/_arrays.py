@@ -58,6 +58,15 @@ _FAST_ARRAY = True
 _POOLS = weakref.WeakKeyDictionary()   # Device -> pyopencl.tools.MemoryPool
 
 
+def _upload(queue, a: np.ndarray, dtype) -> cla.Array:
+    """``a`` as a new device array of ``dtype``. The copy is enqueued without waiting when it
+    reads a private converted copy of ``a``; from the caller's own memory it waits (the caller
+    may change that memory as soon as the op returns, while a device array result is still
+    being computed)."""
+    host = np.ascontiguousarray(a, dtype=dtype)
+    return cla.to_device(queue, host, async_=not np.may_share_memory(host, a))
+
+
 def temporary(device, shape, dtype) -> cla.Array:
     """A device array for values that live inside one op call (packed weights, carries,
     gathered step inputs), never handed to the caller.
@@ -381,14 +390,13 @@ class Call:
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype)
             if isinstance(a, np.ndarray):
-                a = cla.to_device(self.queue, np.ascontiguousarray(a, dtype=self.storage))
+                a = _upload(self.queue, a, self.storage)
             return widen(self.device, a, self.storage)
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
-            host = np.ascontiguousarray(a, dtype=self.dtype)
-            if host.size == 0:
-                return cla.empty(self.queue, host.shape, self.dtype)
-            return cla.to_device(self.queue, host)
+            if a.size == 0:
+                return cla.empty(self.queue, a.shape, self.dtype)
+            return _upload(self.queue, a, self.dtype)
         self._check_device_array(name, a)
         if a.offset:
             b = cla.empty(self.queue, a.shape, a.dtype)
@@ -425,7 +433,7 @@ class Call:
         if host.size and (host.min() < 0 or host.max() > high):
             raise ValueError(f"{name}: values must lie in [0, {high}], got min {host.min()} "
                              f"and max {host.max()}")
-        return cla.to_device(self.queue, np.ascontiguousarray(host, dtype=np.int32))
+        return _upload(self.queue, host, np.int32)
 
     # -- outputs ----------------------------------------------------------------------------
 

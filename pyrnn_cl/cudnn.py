@@ -477,7 +477,8 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
             y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
-        host = cla.to_device(net.q, host) if host.size else cla.empty(net.q, (0,), np.int8)
+        host = (cla.to_device(net.q, host, async_=True) if host.size     # our own array
+                else cla.empty(net.q, (0,), np.int8))
     return (net.seq_out(y, D * K), call.out(out_h), call.out(out_c), call.out(reserve), host)
 
 

@@ -29,6 +29,12 @@ values only; the OpenCL device is named by a string (a device spec, or a key of 
 table of ``cl_device`` objects). Their last argument, ``revision``, a digest of this file, keeps
 torch's on-disk compile caches from reusing a graph traced through another version of it.
 
+Plain eager calls skip the operators' Python layers (about 0.5 ms per forward+backward): they
+run the same forward and backward bodies through a ``torch.autograd.Function``, with the same
+saved tensors, and keep the device state on its context. Anything that traces or transforms
+(``torch.compile``, ``torch.export``, ``torch.jit.trace``, dispatch and function modes,
+functorch, tensor subclasses) takes the operators.
+
 **What stays on the OpenCL device.**
 
 * The flat cuDNN ``params`` buffer, built from the parameter tensors (each is one contiguous
@@ -50,7 +56,11 @@ torch's on-disk compile caches from reusing a graph traced through another versi
   dropout included), which gives the same gradients.
 * The gradient of every parameter is downloaded once, from its run of the flat ``dparams``
   straight into a fresh tensor that autograd then takes as the parameter's ``.grad`` (no host
-  copy).
+  copy); in eager calls the whole ``dparams`` comes in one transfer and the gradients are
+  views of it, as torch's cuDNN RNN returns views of its flat gradient buffer.
+* Where the device's memory is the host's (PoCL's CPU devices), results are mapped rather
+  than copied: the output and gradient tensors are the device buffers themselves.
+* Initial states that the module makes (``hx=None``) are zeros kept on the device.
 
 The transfers left per call are the input, the initial states and the outputs (forward) and
 their gradients (backward): torch has no OpenCL device, so its tensors live on the CPU and
@@ -218,13 +228,45 @@ def _upload(dev, t: Optional[Tensor]):
     return out
 
 
-def _read(queue, reads) -> list:
+_ZEROS = {}               # (device key, shape, dtype) -> a device array of zeros, never written
+
+
+def _zeros_on(dev, dkey, t: Tensor):
+    """A device array of zeros shaped as ``t`` (an initial state the module made because
+    ``hx`` was None), made once per shape: the ops only read their initial states, and an
+    upload costs a device command (~50 µs on PoCL) for every call."""
+    a = _numpy(t)
+    key = (dkey, a.shape, a.dtype)
+    z = _ZEROS.get(key)
+    if z is None:
+        z = cla.zeros(dev.queue, a.shape, a.dtype)
+        with _LOCK:
+            if len(_ZEROS) >= 16:
+                _ZEROS.clear()
+            _ZEROS[key] = z
+    return z
+
+
+def _read(dev, reads) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
-    shape)`` each: every read enqueued, then one wait."""
+    shape)`` each: every read enqueued, then one wait.
+
+    Where the device's memory is the host's (``VendorProfile.maps_in_place``), an array that
+    owns its buffer (a result of the op, not pooled memory that a later call reuses) is mapped
+    instead: the tensor is the device memory itself, no copy, and the buffer is released with
+    the tensor. Nothing writes to those buffers once the op has returned them."""
+    queue = dev.queue
+    in_place = dev.info.type in dev.profile.maps_in_place
     outs = []
     for a, off, shape in reads:
-        host = np.empty(shape, a.dtype)
-        if host.size:
+        if not int(np.prod(shape)):
+            host = np.empty(shape, a.dtype)
+        elif in_place and a.allocator is None:
+            host, _ = cl.enqueue_map_buffer(
+                queue, a.base_data, cl.map_flags.READ | cl.map_flags.WRITE,
+                a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
+        else:
+            host = np.empty(shape, a.dtype)
             cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
                             is_blocking=False)
         outs.append(_tensor(host))
@@ -250,40 +292,78 @@ def _drop_params(key, ref):
             del _PARAMS[key]
 
 
-def _same_bits(p, host):
-    """Whether parameter ``p`` holds exactly the bits of the flat host copy ``host`` (NumPy on
-    integer views: exact, and ~100x faster than ``torch.equal`` next to busy OpenCL threads)."""
+def _find_memcmp():
+    """The C library's ``memcmp`` through ctypes (``None`` where there is none): it compares
+    8 MiB of parameters in about two thirds of ``np.array_equal``'s time, and allocates
+    nothing."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or ctypes.util.find_library("msvcrt"))
+        fn = libc.memcmp
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_MEMCMP = _find_memcmp()
+
+
+def _same_bits(p, host) -> bool:
+    """Whether parameter ``p`` holds exactly the bits of the flat host copy ``host`` (bytes,
+    not values: exact for NaNs and signed zeros; NumPy's comparison and ``torch.equal`` are
+    several times slower next to busy OpenCL threads)."""
     a = _numpy(p).reshape(-1)
+    if a.nbytes != host.nbytes:
+        return False
+    if _MEMCMP is not None:
+        return _MEMCMP(a.ctypes.data, host.ctypes.data, a.nbytes) == 0
     ints = np.dtype(f"i{a.dtype.itemsize}")
     return np.array_equal(a.view(ints), host.view(ints))
 
 
-def _device_params(dev, dkey, slots, size, params):
-    """The flat params of ``params`` on ``dev``.
+def _device_params(dev, dkey, slots, size, params, check_values=True):
+    """``(array, uploaded)``: the flat params of ``params`` on ``dev``, and whether they were
+    uploaded by this call.
 
     Uploaded again only when a parameter's storage, ``_version`` or values differ from the
     cached upload's. The values are compared with the host copy that was uploaded (a read of
-    host memory, no transfer): an in-place edit through ``.data`` (as ``gradcheck`` makes)
-    leaves the version counter alone."""
+    host memory, no transfer): an in-place edit through ``.data`` (as ``gradcheck`` makes, or
+    weight clipping with ``p.data.clamp_``) leaves the version counter alone. With
+    ``check_values=False`` the caller compares them later, with :func:`_params_current`."""
     key = (dkey, str(params[0].dtype), size, tuple(_storage_key(p) for p in params))
     versions = tuple(p._version for p in params)
     entry = _PARAMS.get(key)
     if (entry is not None and entry.versions == versions
             and all(r() is p.untyped_storage() for r, p in zip(entry.refs, params))
-            and all(_same_bits(p, entry.host[off:off + n]) for (off, n), p in zip(slots, params))):
-        return entry.array
+            and (not check_values or _params_current(entry.array, slots, params))):
+        return entry.array, False
     flat = torch.zeros(size, dtype=params[0].dtype)
     for (off, n), p in zip(slots, params):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
     entry.host, entry.versions = _numpy(flat), versions
     entry.array = cla.to_device(dev.queue, entry.host)
+    entry.array.host_copy = entry.host
     entry.refs = [weakref.ref(p.untyped_storage(), functools.partial(_drop_params, key))
                   for p in params]
     with _LOCK:
         _PARAMS[key] = entry
         STATS["params_uploads"] += 1
-    return entry.array
+    return entry.array, True
+
+
+def _compares_first(dev) -> bool:
+    """Whether the parameters' values are compared before the forward is launched (a CPU
+    device, whose threads the comparison would slow) rather than while it runs."""
+    return dev.info.type == "cpu"
+
+
+def _params_current(array, slots, params) -> bool:
+    """Whether ``params`` hold exactly the values uploaded into ``array`` (a cached upload of
+    :func:`_device_params`)."""
+    return all(_same_bits(p, array.host_copy[off:off + n]) for (off, n), p in zip(slots, params))
 
 
 def _forget_params(params):
@@ -368,19 +448,80 @@ def _lengths(lengths):
     return None if lengths is None else lengths.numpy().astype(np.int64)
 
 
-def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device):
+def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
+                 zero_state=False):
     """The device side of ``pyrnn_cl::rnn``: ``(state, output, h_n, c_n, host_reserved)``, the
-    last four as :func:`pyrnn_cl.cudnn_rnn` returns them, ``state`` a :class:`_Reserve`."""
+    last four as :func:`pyrnn_cl.cudnn_rnn` returns them, ``state`` a :class:`_Reserve`.
+    ``zero_state``: ``h0`` and ``c0`` are zeros made by the module (no upload)."""
     dev = _device(device)
     lay, slots = attrs.slots()
+    lstm = attrs.mode == "lstm"
     st = _Reserve()
-    st.params = _device_params(dev, device, slots, lay.size, params)
-    st.x, st.h0 = _upload(dev, x), _upload(dev, h0)
-    st.c0 = _upload(dev, c0) if attrs.mode == "lstm" else None
-    out, hn, cn, st.reserve, host = _cudnn.cudnn_rnn(
-        st.x, st.h0, st.c0, st.params, _lengths(lengths), is_training=training,
-        **attrs.kwargs(seeds, dev))
+    st.x = _upload(dev, x)
+    if zero_state:
+        st.h0, st.c0 = _zeros_on(dev, device, h0), (_zeros_on(dev, device, c0) if lstm else None)
+    else:
+        st.h0, st.c0 = _upload(dev, h0), (_upload(dev, c0) if lstm else None)
+
+    def run():
+        return _cudnn.cudnn_rnn(st.x, st.h0, st.c0, st.params, _lengths(lengths),
+                                is_training=training, **attrs.kwargs(seeds, dev))
+
+    # The parameters' values are compared with the cached upload's before the launch where
+    # the device's threads share the host's cores (a comparison meanwhile slowed the forward
+    # by more than it took), and while the device runs elsewhere; parameters changed behind
+    # torch's version counter then make the forward run again, after an upload.
+    check_first = _compares_first(dev)
+    st.params, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
+    out, hn, cn, st.reserve, host = run()
+    if not (check_first or uploaded or _params_current(st.params, slots, params)):
+        st.params, _ = _device_params(dev, device, slots, lay.size, params)
+        out, hn, cn, st.reserve, host = run()
     return st, out, hn, cn, host
+
+
+def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_state=False):
+    """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
+    c_n, host_reserved)``."""
+    state, *results = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
+                                   zero_state)
+    return (state, *_read(_device(device), [(a, 0, a.shape) for a in results]))
+
+
+def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_h_n, d_c_n,
+              attrs, device, params_grad, grad_views=False, wanted=(True, True, True)):
+    """The device side of ``pyrnn_cl::rnn_backward``: ``(dx, dh0, dc0, param_grads)`` as CPU
+    tensors, for the forward whose device state is ``st`` (a :class:`_Reserve`; ``None``: run
+    that forward again to rebuild it). With ``grad_views`` the parameters' gradients are views
+    of one tensor, read in one transfer (as torch's cuDNN RNN returns views of its flat
+    gradient buffer); an operator may not return aliasing outputs, so its are separate.
+    ``wanted``: which of ``dx, dh0, dc0`` to read (``None`` in their place otherwise)."""
+    if st is None:
+        st = _run_forward(x, h0, c0, params, lengths, seeds, attrs, True, device)[0]
+        STATS["reserve_recomputes"] += 1
+    else:
+        STATS["reserve_hits"] += 1
+    dev = _device(device)
+    dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None,
+        _upload(dev, d_output), _upload(dev, d_h_n),
+        _upload(dev, d_c_n) if attrs.mode == "lstm" else None, st.reserve,
+        _numpy(host_reserved), **attrs.kwargs(seeds, dev))
+    # each parameter's gradient is its run of dparams
+    slots = attrs.slots()[1]
+    if not params_grad:
+        runs = []
+    elif grad_views:
+        runs = [(dparams, 0, dparams.shape)]
+    else:
+        runs = [(dparams, off, p.shape) for (off, _), p in zip(slots, params)]
+    inputs = [a for a, want in zip((dx, dh0, dc0), wanted) if want]
+    got = _read(dev, [(a, 0, a.shape) for a in inputs] + runs)
+    (dx, dh0, dc0), grads = ([got.pop(0) if want else None for want in wanted],
+                             got)
+    if grad_views and grads:
+        grads = [grads[0][off:off + n].view(p.shape) for (off, n), p in zip(slots, params)]
+    return dx, dh0, dc0, grads
 
 
 @torch.library.custom_op("pyrnn_cl::rnn", mutates_args=())
@@ -397,9 +538,8 @@ def _rnn_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor], lengths: Op
     ``training``), which keys the device state that ``pyrnn_cl::rnn_backward`` reads."""
     attrs = _Attrs(mode, num_layers, input_size, hidden_size, bidirectional, proj_size, bias,
                    dropout, batch_first)
-    state, out, hn, cn, host = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training,
-                                            device)
-    out, hn, cn, host_t = _read(state.x.queue, [(a, 0, a.shape) for a in (out, hn, cn, host)])
+    state, out, hn, cn, host_t = _forward(x, h0, c0, params, lengths, seeds, attrs, training,
+                                          device)
     if training:
         _keep_reserve(host_t, state)
     return out, hn, cn, host_t
@@ -436,24 +576,10 @@ def _rnn_backward_op(x: Tensor, h0: Tensor, c0: Tensor, params: list[Tensor],
         raise RuntimeError("pyrnn_cl::rnn_backward: host_reserved is empty (the forward ran "
                            "with training=False and saved nothing for backward)")
     # the forward's device state: its inputs and parameters as uploaded (the saved tensors'
-    # version check guarantees they are still current) and its reserve space
-    st = _find_reserve(host_reserved)
-    if st is None:              # none kept for this forward: rebuild it, same result
-        st = _run_forward(x, h0, c0, params, lengths, seeds, attrs, True, device)[0]
-        STATS["reserve_recomputes"] += 1
-    else:
-        STATS["reserve_hits"] += 1
-    dev = _device(device)
-    dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None,
-        _upload(dev, d_output), _upload(dev, d_h_n),
-        _upload(dev, d_c_n) if mode == "lstm" else None, st.reserve, _numpy(host_reserved),
-        **attrs.kwargs(seeds, dev))
-    # each parameter's gradient is its run of dparams
-    runs = [(dparams, off, p.shape) for (off, _), p in zip(attrs.slots()[1], params)]
-    dx, dh0, dc0, *grads = _read(dev.queue, [(a, 0, a.shape) for a in (dx, dh0, dc0)]
-                                 + (runs if params_grad else []))
-    return dx, dh0, dc0, grads
+    # version check guarantees they are still current) and its reserve space; none kept for
+    # this forward: rebuilt, same result
+    return _backward(_find_reserve(host_reserved), x, h0, c0, params, lengths, seeds,
+                     host_reserved, d_output, d_h_n, d_c_n, attrs, device, params_grad)
 
 
 @_rnn_backward_op.register_fake
@@ -477,12 +603,18 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)       # an unused output's gradient stays None: no upload
 
 
-def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
+def _refuse_double_backward():
+    """Raise when a backward runs with ``create_graph=True`` (grad mode on inside backward):
+    ours is not differentiable, and a graph without its terms would be silently wrong."""
     if torch.is_grad_enabled():
         raise RuntimeError(
             "pyrnn_cl.torch: double backward is not supported (a backward with "
             "create_graph=True reached an RNN/LSTM/GRU of pyrnn_cl, whose backward is not "
             "differentiable); use torch.nn's module where second derivatives are needed")
+
+
+def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
+    _refuse_double_backward()
     x, h0, c0, lengths, seeds, host, *params = ctx.saved_tensors
     needs = ctx.needs_input_grad
     need_p = list(needs[3])
@@ -498,6 +630,63 @@ def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
 
 
 _rnn_op.register_autograd(_rnn_autograd, setup_context=_setup_context)
+
+
+# ---- eager calls: the same bodies without the operator machinery ------------------------------
+
+class _EagerRNN(torch.autograd.Function):
+    """What ``pyrnn_cl::rnn`` and its autograd formula do, for plain eager calls.
+
+    The operators' Python layers (schema checks, Dynamo's ``disable`` wrapper, the autograd
+    wrapper of ``custom_op``) cost about 0.5 ms per forward+backward, a tenth of a small LSTM's
+    time; this Function calls the same :func:`_forward` and :func:`_backward` with the same
+    saved tensors (so the same version-counter checks) and keeps the device state on its
+    context. :func:`_eager` decides which path a call takes: tracing, compiling, exporting,
+    tensor subclasses and dispatch modes all take the operators."""
+
+    @staticmethod
+    def forward(ctx, attrs, training, device, zero_state, x, h0, c0, lengths, seeds, *params):
+        state, out, hn, cn, host = _forward(x, h0, c0, params, lengths, seeds, attrs, training,
+                                            device, zero_state)
+        ctx.attrs, ctx.device = attrs, device
+        ctx.state, ctx.lengths, ctx.seeds, ctx.host = (state if training else None), lengths, \
+            seeds, host
+        ctx.save_for_backward(x, h0, c0, *params)
+        ctx.set_materialize_grads(False)   # an unused output's gradient stays None: no upload
+        return out, hn, cn
+
+    @staticmethod
+    def backward(ctx, d_output, d_h_n, d_c_n):
+        _refuse_double_backward()
+        if ctx.state is None:
+            raise RuntimeError("pyrnn_cl.torch: backward through a forward that ran with "
+                               "training=False and saved nothing for backward")
+        x, h0, c0, *params = ctx.saved_tensors
+        needs = ctx.needs_input_grad[4:]
+        need_p = needs[5:]
+        lstm = ctx.attrs.mode == "lstm"
+        dx, dh0, dc0, grads = _backward(ctx.state, x, h0, c0, params, ctx.lengths, ctx.seeds,
+                                        ctx.host, d_output, d_h_n, d_c_n, ctx.attrs,
+                                        ctx.device, any(need_p), grad_views=True,
+                                        wanted=(needs[0], needs[1], needs[2] and lstm))
+        pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
+                  else [None] * len(params))
+        return (None, None, None, None, dx, dh0, dc0, None, None, *pgrads)
+
+
+_PLAIN = (torch.Tensor, nn.Parameter)
+
+
+def _eager(tensors) -> bool:
+    """Whether a call may take :class:`_EagerRNN`: plain CPU tensors (no subclass: fake,
+    functional and functorch-wrapped tensors are traced), and nothing tracing or transforming
+    (Dynamo, ``torch.export``, ``torch.jit.trace``, dispatch or function modes, functorch)."""
+    return (all(type(t) in _PLAIN for t in tensors if t is not None)
+            and not torch.compiler.is_compiling()
+            and not torch.jit.is_tracing()
+            and torch._C._len_torch_dispatch_stack() == 0
+            and not torch._C._is_torch_function_mode_enabled()
+            and not torch._C._are_functorch_transforms_active())
 
 
 def _allow_rnn_in_dynamo():
@@ -637,11 +826,17 @@ class _CLRNNMixin:
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or h0.requires_grad or (lstm and c0.requires_grad)
             or any(p.requires_grad for p in flat))
-        out, hn, cn, _ = torch.ops.pyrnn_cl.rnn(
-            x, h0, c0 if lstm else x.new_empty(0), flat, lengths, seeds, _MODES[self.mode],
-            self.num_layers, self.input_size, self.hidden_size, self.bidirectional,
-            self.proj_size, bool(self.bias), float(self.dropout) if drop else 0.0, batch_first,
-            bool(needs_grad or self.training), self._cl_device_ref.key, _REVISION)
+        c0 = c0 if lstm else x.new_empty(0)
+        attrs = _Attrs(_MODES[self.mode], self.num_layers, self.input_size, self.hidden_size,
+                       self.bidirectional, self.proj_size, bool(self.bias),
+                       float(self.dropout) if drop else 0.0, batch_first)
+        training, device = bool(needs_grad or self.training), self._cl_device_ref.key
+        if _eager((x, h0, c0, *flat)):
+            out, hn, cn = _EagerRNN.apply(attrs, training, device, hx is None, x, h0, c0,
+                                          lengths, seeds, *flat)
+        else:
+            out, hn, cn, _ = torch.ops.pyrnn_cl.rnn(x, h0, c0, flat, lengths, seeds, *attrs,
+                                                    training, device, _REVISION)
 
         if packed:
             if input.sorted_indices is not None:

@@ -11,6 +11,7 @@ gradcheck in float64.
 * module behaviour: ``.to(dtype)``, ``state_dict`` through ``torch.save``, ``flatten_parameters``.
 """
 import copy
+import gc
 import io
 import itertools
 
@@ -27,6 +28,23 @@ TOL = 1e-12
 F64 = torch.float64
 
 
+@pytest.fixture(params=["eager", "op"])
+def path(request, monkeypatch):
+    """Which way the modules' calls go: eager calls take ``_EagerRNN``; ``op`` forces the
+    ``pyrnn_cl::rnn`` operators (what torch.compile/export trace) for the same eager code.
+    Yields the name, and checks that the calls took that path."""
+    taken = []
+    eager = rt._eager
+
+    def spy(tensors):
+        taken.append(eager(tensors) and request.param == "eager")
+        return taken[-1]
+
+    monkeypatch.setattr(rt, "_eager", spy)
+    yield request.param
+    assert taken and all(t == (request.param == "eager") for t in taken)
+
+
 def _pair(cls, device, input_size=I, **kw):
     torch.manual_seed(0)
     ref = getattr(torch.nn, cls)(input_size, H, dtype=F64, **kw)
@@ -39,7 +57,7 @@ def _err(a, b):
     return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
 
 
-def test_double_backward_raises(device):
+def test_double_backward_raises(device, path):
     """A gradient penalty needs d(dL/dx)/dθ: create_graph=True must fail loudly, not drop it."""
     ours, _ = _pair("LSTM", device)
     x = torch.randn(T, N, I, dtype=F64, requires_grad=True)
@@ -82,7 +100,7 @@ def _scale_weight(m, lstm):
 @pytest.mark.parametrize("cls", ["LSTM", "GRU"])
 @pytest.mark.parametrize("edit", [_modify_x_in_place, _scale_x, _zero_h0, _scale_weight],
                          ids=["x+=lstm(x)", "x.mul_", "h0.zero_", "weight.mul_"])
-def test_in_place_change_of_saved_tensor_raises(cls, edit, device):
+def test_in_place_change_of_saved_tensor_raises(cls, edit, device, path):
     ours, ref = _pair(cls, device, input_size=2 * H, bidirectional=True)
     # torch.nn raises a RuntimeError for the same code (for h0 its own message: it unbinds h0)
     for m, message in ((ref, "inplace"), (ours, "modified by an inplace operation")):
@@ -96,7 +114,7 @@ SUBSETS = [s for r in range(1, 5) for s in itertools.combinations(("x", "h0", "c
 
 
 @pytest.mark.parametrize("wanted", SUBSETS, ids=["+".join(s) for s in SUBSETS])
-def test_gradients_for_any_subset(wanted, device):
+def test_gradients_for_any_subset(wanted, device, path):
     """Only what requires grad gets a gradient, equal to torch.nn's; parameters partly frozen."""
     ours, ref = _pair("LSTM", device, num_layers=2)
     g = torch.Generator().manual_seed(2)
@@ -140,7 +158,7 @@ GRADCHECK = [
 @pytest.mark.parametrize("cls,kw", GRADCHECK,
                          ids=[f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items())
                               for c, kw in GRADCHECK])
-def test_gradcheck_every_option(cls, kw, packed, device):
+def test_gradcheck_every_option(cls, kw, packed, device, path):
     m = getattr(rt, cls)(2, 3, num_layers=2, dtype=F64, cl_device=device, **kw)
     names = [n for n, _ in m.named_parameters()]
     params = [p.detach().clone().requires_grad_() for p in m.parameters()]
@@ -169,7 +187,11 @@ def _train_step(m, x, opt=None):
         opt.zero_grad()
 
 
-def test_params_uploaded_only_when_changed(device):
+@pytest.mark.parametrize("compare_first", [True, False], ids=["compare-first", "compare-after"])
+def test_params_uploaded_only_when_changed(device, path, compare_first, monkeypatch):
+    """Also with the values compared while the forward runs (as on a GPU): a changed value
+    makes the forward run again."""
+    monkeypatch.setattr(rt, "_compares_first", lambda dev: compare_first)
     ours, ref = _pair("GRU", device, num_layers=2)
     x = torch.randn(T, N, I, dtype=F64)
     _train_step(ours, x)
@@ -200,10 +222,11 @@ def test_params_uploaded_only_when_changed(device):
         assert _err(ours(x)[0], ref2(x)[0]) <= TOL
 
 
-def test_reserve_kept_on_device_equals_rebuilt(device):
-    """The backward reads the forward's reserve space from the device (no recompute); a
-    backward that finds none rebuilds it by running the forward again: same gradients, bit
-    for bit."""
+def test_reserve_kept_on_device_equals_rebuilt(device, monkeypatch):
+    """Through the operators, the backward reads the forward's reserve space from the device
+    (no recompute); a backward that finds none rebuilds it by running the forward again: same
+    gradients, bit for bit."""
+    monkeypatch.setattr(rt, "_eager", lambda tensors: False)
     ours, _ = _pair("LSTM", device, num_layers=2, dropout=0.4)
     x = torch.randn(T, N, I, dtype=F64)
     grads = []
@@ -226,7 +249,7 @@ def test_reserve_kept_on_device_equals_rebuilt(device):
     assert len(rt._RESERVES) == 0
 
 
-def test_retain_graph_backward_twice(device):
+def test_retain_graph_backward_twice(device, path):
     ours, ref = _pair("GRU", device, bidirectional=True)
     x = torch.randn(T, N, I, dtype=F64)
     for m in (ours, ref):
@@ -271,3 +294,40 @@ def test_to_dtype_state_dict_and_flatten(device, tmp_path):
     with torch.no_grad():
         assert torch.equal(fresh(x)[0], before)
     assert rt.STATS["params_uploads"] == uploads + 1
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("given_state", [False, True], ids=["hx-none", "hx-given"])
+def test_eager_path_equals_operators(cls, given_state, device, monkeypatch):
+    """Eager calls (``_EagerRNN``: cached zero states, only the wanted gradients read, the
+    parameters' gradients as views of one flat read, mapped results where the device's memory
+    is the host's) give the operators' outputs and gradients bit for bit, in float32."""
+    torch.manual_seed(1)
+    m = getattr(rt, cls)(7, 5, num_layers=2, bidirectional=True, cl_device=device)
+    x = torch.randn(11, 3, 7)
+    h0 = torch.randn(4, 3, 5, requires_grad=True)
+    hx = ((h0, torch.randn(4, 3, 5, requires_grad=True)) if cls == "LSTM" else h0)
+    results = []
+    for eager in (True, False):
+        monkeypatch.setattr(rt, "_eager", lambda tensors, e=eager: e)
+        m.zero_grad()
+        for t in (h0, *(hx if cls == "LSTM" else ())):
+            t.grad = None
+        xi = x.clone().requires_grad_(True)
+        y, state = m(xi, hx) if given_state else m(xi)
+        flat = list(state) if cls == "LSTM" else [state]
+        (y.sum() + sum(s.pow(2).sum() for s in flat)).backward()
+        grads = [xi.grad] + [p.grad for p in m.parameters()]
+        if given_state:
+            grads += [h0.grad] + ([hx[1].grad] if cls == "LSTM" else [])
+        results.append([y, *flat, *grads])
+    assert all(g is not None for g in results[0])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    # the gradients (mapped device memory on PoCL) stay valid after the module and its device
+    # state are gone
+    grads = [p.grad for p in m.parameters()]
+    kept = [g.clone() for g in grads]
+    del m, results
+    gc.collect()
+    assert all(torch.equal(g, k) for g, k in zip(grads, kept))

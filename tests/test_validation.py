@@ -269,6 +269,37 @@ def test_non_contiguous_numpy_is_copied(device):
     np.testing.assert_array_equal(rc.gru(**a, device=device)[0], ref)
 
 
+def test_numpy_inputs_may_change_once_the_call_returns(device):
+    """An op with device-array outputs returns before the device has finished: an upload from
+    the caller's own NumPy memory must have read it by then (the caller may reuse the buffer
+    at once), while an upload from a private converted copy may still be in flight. Slow work
+    queued first holds the uploads back."""
+    from pyrnn_cl._arrays import _upload
+
+    a = mps_args(kind="lstm")
+    tb, nb, hb = 60, 32, 96
+    big = {k: cla.to_device(device.queue, v) for k, v in dict(
+        source=_r(tb, nb, hb), recurrent_weight=_r(4 * hb, hb), input_weight=_r(4 * hb, hb),
+        bias=_r(4 * hb), init_state=_r(nb, hb), init_cell=_r(nb, hb)).items()}
+    for user in (a["source"].copy(), np.asfortranarray(a["init_state"]),
+                 a["bias"].astype(np.float64)):
+        want = user.astype(F32)
+        rc.lstm(**big)                              # queued, still running
+        d = _upload(device.queue, user, F32)
+        user[...] = np.nan                          # the caller reuses its buffer at once
+        np.testing.assert_array_equal(d.get(), want)
+    # and through an op
+    ref = rc.lstm(**a, device=device)[0]
+    rc.lstm(**big)
+    mixed = {k: v.copy() for k, v in a.items()}
+    mixed["source"] = cla.to_device(device.queue, a["source"])             # device out
+    out = rc.lstm(**mixed)[0]
+    for v in mixed.values():
+        if isinstance(v, np.ndarray):
+            v[...] = np.nan
+    np.testing.assert_allclose(out.get(), ref, rtol=1e-6, atol=1e-6)
+
+
 def test_device_arrays_contiguity_and_context(device):
     import pyopencl as cl
 

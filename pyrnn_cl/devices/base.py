@@ -69,6 +69,10 @@ class VendorProfile:
     #: The implementation compiles a work-group function per local size at the first launch:
     #: launches use a small fixed set of explicit local sizes.
     specialises_per_local_size: ClassVar[bool] = False
+    #: Mapping a buffer gives the host the device's own memory (no copy) on devices of these
+    #: ``DeviceInfo.type`` values: results handed to the host (the torch bridge's) are mapped
+    #: there instead of copied. Empty: maps copy (a GPU), or cost more than a read.
+    maps_in_place: ClassVar[tuple[str, ...]] = ()
     #: Regular expressions of benign build-log lines dropped before logging.
     BENIGN_LOG_LINES: ClassVar[tuple[str, ...]] = ()
 
