@@ -86,8 +86,9 @@ module picklable and an exported program valid in another process.
 **torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
 not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of
 ``torch.nn.RNN/LSTM/GRU`` unless ``torch._dynamo.config.allow_rnn`` is set (its only effect),
-and these modules are such instances; importing this module sets it to ``True`` when it still
-holds its default, which also lets Dynamo trace torch.nn's own RNN modules. Set it back to
+and these modules are such instances; this module sets it to ``True`` when it still holds its
+default, as soon as Dynamo's config is imported (this module does not import Dynamo itself: that
+costs a second), which also lets Dynamo trace torch.nn's own RNN modules. Set it back to
 ``False`` to restore Dynamo's default (the modules then run outside the compiled graph,
 correctly).
 
@@ -101,8 +102,12 @@ seeds with its own generator). Forward and backward of one call use the same mas
 ``import pyrnn_cl`` never imports this module (nor torch); ``import pyrnn_cl.torch`` does.
 """
 
+import contextlib
 import functools
 import hashlib
+import importlib.abc
+import importlib.machinery
+import sys
 import threading
 import weakref
 from pathlib import Path
@@ -689,19 +694,48 @@ def _eager(tensors) -> bool:
             and not torch._C._are_functorch_transforms_active())
 
 
-def _allow_rnn_in_dynamo():
+_DYNAMO_CONFIG = "torch._dynamo.config"
+
+
+def _allow_rnn(dynamo_config):
     """Let Dynamo trace instances of ``torch.nn.RNN/LSTM/GRU`` (module docstring), unless the
     user has set ``torch._dynamo.config.allow_rnn`` already."""
-    try:
-        import torch._dynamo.config as dynamo_config
-    except ImportError:       # a torch without Dynamo
-        return
     is_default = getattr(dynamo_config, "_is_default", None)
     if is_default is not None and is_default("allow_rnn"):
         dynamo_config.allow_rnn = True
 
 
-_allow_rnn_in_dynamo()
+class _OnDynamoConfigImport(importlib.abc.MetaPathFinder):
+    """Calls :func:`_allow_rnn` as soon as Dynamo's config module has been imported.
+
+    Importing it here would cost a second (it imports all of Dynamo), in every process that
+    imports this module, whether it compiles or not; Dynamo reads the flag only when it traces,
+    and ``torch.compile``/``torch.export`` import the config first. This finder stands first
+    in ``sys.meta_path`` until that import, then removes itself and wraps the module's loader
+    (the module is found and loaded by the usual finders)."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _DYNAMO_CONFIG:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _allow_rnn(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _DYNAMO_CONFIG in sys.modules:
+    _allow_rnn(sys.modules[_DYNAMO_CONFIG])
+elif not any(isinstance(f, _OnDynamoConfigImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _OnDynamoConfigImport())
 
 
 # ---- the modules ------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ under torch.library.opcheck.
 The oracle is torch.nn with the same weights (its CPU kernels), in float64: outputs, the final
 states and every gradient (input, initial states, parameters) within 1e-9 relative.
 """
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -168,6 +171,24 @@ def test_torch_nn_lstm_still_compiles_correctly():
     want = ref(x)[0]
     got = torch.compile(ref)(x)[0]
     assert (got - want).abs().max().item() <= TOL
+
+
+def _python(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True).stdout.split()
+
+
+def test_import_leaves_dynamo_unloaded_and_sets_allow_rnn_on_its_import():
+    """``import pyrnn_cl.torch`` does not import Dynamo (a second of import time); Dynamo's
+    config gets ``allow_rnn`` when it is imported, unless the user has set it."""
+    loaded, flag = _python("import sys, pyrnn_cl.torch; print('torch._dynamo' in sys.modules); "
+                           "import torch._dynamo.config as c; print(c.allow_rnn)")
+    assert (loaded, flag) == ("False", "True")
+    # Dynamo imported first, and the user's own choice kept
+    assert _python("import torch._dynamo.config as c; import pyrnn_cl.torch; "
+                   "print(c.allow_rnn)") == ["True"]
+    assert _python("import torch._dynamo.config as c; c.allow_rnn = False; "
+                   "import pyrnn_cl.torch; print(c.allow_rnn)") == ["False"]
 
 
 def test_jit_trace_runs(device):
