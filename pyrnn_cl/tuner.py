@@ -57,7 +57,12 @@ MIN_GAIN = 0.03
 
 
 class CandidateError(Exception):
-    """A candidate failed to build, to launch, or gave wrong results."""
+    """A candidate gave wrong results."""
+
+
+class CandidateFailed(RuntimeError):
+    """A candidate failed to build or to launch (any exception while it ran, wrapped: the
+    search goes on without it)."""
 
 
 # {{{ workloads
@@ -370,7 +375,7 @@ def _evaluate(device, family, values, work, repeat, deadline):
         except CandidateError:
             raise
         except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
-            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            raise CandidateFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
             device.queue.finish()
 
@@ -409,7 +414,7 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                 except CandidateError as exc:
                     result.rejected.append((candidate, str(exc)))
                     continue
-                except RuntimeError as exc:
+                except CandidateFailed as exc:
                     result.failed.append((candidate, str(exc)))
                     continue
                 score = _score(times, base)
