@@ -33,6 +33,7 @@ __all__ = [
     "DTYPE_BFLOAT16",
     "STORAGE_DTYPES",
     "BFLOAT16",
+    "BFLOAT16_BITS",
     "dtype_code",
     "compute_dtype",
     "storage_names",
@@ -67,6 +68,10 @@ def _bfloat16():
 
 #: ``ml_dtypes.bfloat16`` as a NumPy dtype, or None without ml_dtypes.
 BFLOAT16 = _bfloat16()
+#: Without ml_dtypes, the container of the torch bridge's bfloat16 values: their bits in a
+#: one-field structured dtype, which no NumPy number converts to by accident (a plain uint16
+#: would). Not offered to NumPy users (:func:`storage_names` leaves it out). None with ml_dtypes.
+BFLOAT16_BITS = None if BFLOAT16 is not None else np.dtype([("bfloat16", "<u2")])
 
 #: Every dtype an op accepts for its floating arrays (the *storage* dtype), with its
 #: ``PYRNN_DTYPE`` code and the dtype the engine computes in. float16 and bfloat16 arrays are
@@ -77,13 +82,13 @@ STORAGE_DTYPES: dict[np.dtype, tuple[int, np.dtype]] = {
     np.dtype(np.float64): (DTYPE_FLOAT64, np.dtype(np.float64)),
     np.dtype(np.float16): (DTYPE_FLOAT16, np.dtype(np.float32)),
 }
-if BFLOAT16 is not None:
-    STORAGE_DTYPES[BFLOAT16] = (DTYPE_BFLOAT16, np.dtype(np.float32))
+STORAGE_DTYPES[BFLOAT16 if BFLOAT16 is not None else BFLOAT16_BITS] = (
+    DTYPE_BFLOAT16, np.dtype(np.float32))
 
 
 def storage_names() -> str:
     """The accepted storage dtypes in words, for error messages ("float32, float64 or ...")."""
-    names = [str(dt) for dt in STORAGE_DTYPES]
+    names = [str(dt) for dt in STORAGE_DTYPES if dt != BFLOAT16_BITS]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 

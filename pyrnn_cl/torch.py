@@ -77,11 +77,11 @@ parameters require grad keeps it, and keeps state it may not need); the gradient
 output is not materialised (nothing is uploaded for it).
 
 Tensors must live on the CPU (``cl_device`` picks the OpenCL device); dtypes float32, float64
-(needs ``cl_khr_fp64``), float16 and bfloat16 (16-bit storage with float32 maths; bfloat16 needs
-``ml_dtypes``, installed by the ``torch`` extra). ``cl_device``: ``None`` (pyrnn_cl's
-default), a device spec string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a
-:class:`pyrnn_cl.devices.Device` or a ``pyopencl.CommandQueue``. A spec string keeps the
-module picklable and an exported program valid in another process.
+(needs ``cl_khr_fp64``), float16 and bfloat16 (16-bit storage with float32 maths; bfloat16
+needs no ml_dtypes here). ``cl_device``: ``None`` (pyrnn_cl's default), a device spec
+string (``"0:0"``, ``"pocl"``, ``"gpu"``, …), a :class:`pyrnn_cl.devices.Device` or a
+``pyopencl.CommandQueue``. A spec string keeps the module picklable and an exported program
+valid in another process.
 
 **torch.compile.** A ``PackedSequence`` input works, with graph breaks around it (Dynamo does
 not trace ``pack_padded_sequence``). Dynamo graph-breaks on every instance of
@@ -136,11 +136,12 @@ __all__ = ["RNN", "LSTM", "GRU"]
 
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 #: torch dtypes the modules run in, and NumPy's dtype for each (the storage dtypes of the
-#: cuDNN dialect; torch.bfloat16 maps to ml_dtypes.bfloat16, present with the ``torch`` extra).
+#: cuDNN dialect; torch.bfloat16 maps to ml_dtypes.bfloat16 where installed, which the ``torch``
+#: extra does, and otherwise to the container of its bits, ``sources.BFLOAT16_BITS``).
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
-                 torch.float16: np.dtype(np.float16)}
-if _sources.BFLOAT16 is not None:
-    _NUMPY_DTYPES[torch.bfloat16] = _sources.BFLOAT16
+                 torch.float16: np.dtype(np.float16),
+                 torch.bfloat16: (_sources.BFLOAT16 if _sources.BFLOAT16 is not None
+                                  else _sources.BFLOAT16_BITS)}
 _DTYPES = tuple(_NUMPY_DTYPES)
 _LOCK = threading.Lock()
 
@@ -212,9 +213,8 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 
 def _tensor(a: np.ndarray) -> Tensor:
-    """The CPU tensor sharing ``a``'s memory (``ml_dtypes.bfloat16`` through its bits)."""
-    bf16 = _NUMPY_DTYPES.get(torch.bfloat16)
-    if bf16 is not None and a.dtype == bf16:
+    """The CPU tensor sharing ``a``'s memory (bfloat16 through its bits)."""
+    if a.dtype == _NUMPY_DTYPES[torch.bfloat16]:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
@@ -838,10 +838,7 @@ class _CLRNNMixin:
                              f"module.to({x.dtype}))")
         if dtype not in _DTYPES:
             raise TypeError(f"parameters: got dtype {dtype}, expected one of "
-                            f"{', '.join(str(d) for d in _DTYPES)}"
-                            + ("" if torch.bfloat16 in _DTYPES else
-                               " (torch.bfloat16 needs the ml_dtypes package: "
-                               'pip install "pyrnn_cl[torch]")'))
+                            f"{', '.join(str(d) for d in _DTYPES)}")
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"input: got shape {list(x.shape)}, the last axis must be "
                              f"input_size={self.input_size}")

@@ -8,6 +8,9 @@ pyrnn_cl must not be less accurate (its products and cell maths run in float32).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -79,3 +82,33 @@ def test_module_half_then_float_round_trip(device):
     assert back(x)[0].dtype == torch.float32
     with pytest.raises(ValueError, match="dtype"):
         back(x.half())
+
+
+_BF16_RUN = """
+import sys
+if {block}:
+    sys.modules["ml_dtypes"] = None            # as if not installed: import fails
+import torch, pyrnn_cl.sources as S, pyrnn_cl.torch as rt
+assert (S.BFLOAT16 is None) == {block}
+torch.manual_seed(3)
+m = rt.GRU(7, 11, num_layers=2, bidirectional=True, cl_device={device!r}).to(torch.bfloat16)
+x = torch.randn(23, 5, 7).to(torch.bfloat16).requires_grad_(True)
+y = m(x)[0]
+y.float().pow(2).sum().backward()
+torch.save([y.detach(), x.grad] + [p.grad for p in m.parameters()], {path!r})
+"""
+
+
+def test_bfloat16_without_ml_dtypes(device, tmp_path):
+    """torch.bfloat16 modules work without ml_dtypes (their bits travel in
+    ``sources.BFLOAT16_BITS``), bit for bit as with it; NumPy users still need ml_dtypes."""
+    results = []
+    for block in (False, True):
+        path = tmp_path / f"block{block}.pt"
+        code = _BF16_RUN.format(block=block, device=device.info.index, path=str(path))
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+        results.append(torch.load(path))
+    assert all(t.dtype == torch.bfloat16 for t in results[1])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
