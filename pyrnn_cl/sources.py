@@ -88,7 +88,8 @@ STORAGE_DTYPES[BFLOAT16 if BFLOAT16 is not None else BFLOAT16_BITS] = (
 
 def storage_names() -> str:
     """The accepted storage dtypes in words, for error messages ("float32, float64 or ...")."""
-    names = [str(dt) for dt in STORAGE_DTYPES if dt != BFLOAT16_BITS]
+    # (not `dt != BFLOAT16_BITS`: NumPy reads None as float64 there)
+    names = [str(dt) for dt in STORAGE_DTYPES if BFLOAT16_BITS is None or dt != BFLOAT16_BITS]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 

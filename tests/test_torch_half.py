@@ -112,3 +112,12 @@ def test_bfloat16_without_ml_dtypes(device, tmp_path):
     for a, b in zip(*results):
         assert torch.equal(a, b)
 
+
+
+def test_storage_names_without_ml_dtypes():
+    """The error message lists what NumPy users can pass: not the bridge's bits container."""
+    code = ("import sys; sys.modules['ml_dtypes'] = None; import pyrnn_cl.sources as S; "
+            "print(S.storage_names())")
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                         capture_output=True, text=True).stdout.strip()
+    assert out == "float32, float64 or float16"
