@@ -219,15 +219,29 @@ def _tensor(a: np.ndarray) -> Tensor:
     return torch.from_numpy(a)
 
 
+def _shares_host_memory(dev) -> bool:
+    return dev.info.type in dev.profile.shares_host_memory
+
+
 def _upload(dev, t: Optional[Tensor]):
-    """``t`` on the device, in memory of the device's pool (:func:`pyrnn_cl._arrays.temporary`:
-    no fresh pages to fault in on every call). The copy is enqueued without waiting (pyopencl
-    keeps the host array alive until it is done)."""
+    """``t`` on the device. Where the device's memory is the host's
+    (``VendorProfile.shares_host_memory``), a read-only ``USE_HOST_PTR`` buffer over ``t``'s
+    own memory (no copy, no queue command; the buffer holds the memory alive, and the autograd
+    graph's version check keeps saved inputs unchanged until backward); elsewhere a copy into
+    memory of the device's pool (:func:`pyrnn_cl._arrays.temporary`: no fresh pages to fault
+    in on every call), enqueued without waiting (pyopencl keeps the host array alive until it
+    is done)."""
     if t is None:
         return None
     a = _numpy(t)
     if a.size == 0:
         return cla.empty(dev.queue, a.shape, a.dtype)
+    if _shares_host_memory(dev):
+        # (the caller keeps the array until the commands that read it have finished: pyopencl
+        # holds ``a`` only as long as the buffer object lives, not until the device is done)
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
+        return cla.Array(dev.queue, a.shape, a.dtype,
+                         data=cl.Buffer(dev.queue.context, flags, hostbuf=a))
     out = temporary(dev, a.shape, a.dtype)
     out.set(a, async_=True)
     return out
@@ -256,12 +270,12 @@ def _read(dev, reads) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
     shape)`` each: every read enqueued, then one wait.
 
-    Where the device's memory is the host's (``VendorProfile.maps_in_place``), an array that
+    Where the device's memory is the host's (``VendorProfile.shares_host_memory``), an array that
     owns its buffer (a result of the op, not pooled memory that a later call reuses) is mapped
     instead: the tensor is the device memory itself, no copy, and the buffer is released with
     the tensor. Nothing writes to those buffers once the op has returned them."""
     queue = dev.queue
-    in_place = dev.info.type in dev.profile.maps_in_place
+    in_place = _shares_host_memory(dev)
     outs = []
     for a, off, shape in reads:
         if not int(np.prod(shape)):
@@ -507,11 +521,13 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
     else:
         STATS["reserve_hits"] += 1
     dev = _device(device)
+    # the uploads stay referenced until the results are read: an upload that wraps the
+    # tensor's own memory (_upload) must outlive the commands that read it
+    uploads = (_upload(dev, d_output), _upload(dev, d_h_n),
+               _upload(dev, d_c_n) if attrs.mode == "lstm" else None)
     dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None,
-        _upload(dev, d_output), _upload(dev, d_h_n),
-        _upload(dev, d_c_n) if attrs.mode == "lstm" else None, st.reserve,
-        _numpy(host_reserved), **attrs.kwargs(seeds, dev))
+        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None, *uploads,
+        st.reserve, _numpy(host_reserved), **attrs.kwargs(seeds, dev))
     # each parameter's gradient is its run of dparams
     slots = attrs.slots()[1]
     if not params_grad:
@@ -522,6 +538,7 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
         runs = [(dparams, off, p.shape) for (off, _), p in zip(slots, params)]
     inputs = [a for a, want in zip((dx, dh0, dc0), wanted) if want]
     got = _read(dev, [(a, 0, a.shape) for a in inputs] + runs)
+    del uploads
     (dx, dh0, dc0), grads = ([got.pop(0) if want else None for want in wanted],
                              got)
     if grad_views and grads:

@@ -69,10 +69,11 @@ class VendorProfile:
     #: The implementation compiles a work-group function per local size at the first launch:
     #: launches use a small fixed set of explicit local sizes.
     specialises_per_local_size: ClassVar[bool] = False
-    #: Mapping a buffer gives the host the device's own memory (no copy) on devices of these
-    #: ``DeviceInfo.type`` values: results handed to the host (the torch bridge's) are mapped
-    #: there instead of copied. Empty: maps copy (a GPU), or cost more than a read.
-    maps_in_place: ClassVar[tuple[str, ...]] = ()
+    #: On devices of these ``DeviceInfo.type`` values the device's global memory is the host's:
+    #: a map returns a pointer into the buffer, and a ``USE_HOST_PTR`` buffer works in the
+    #: host's memory. The torch bridge then maps its results and wraps its inputs instead of
+    #: copying them. Empty: maps and host-pointer buffers copy (a GPU), or cost more.
+    shares_host_memory: ClassVar[tuple[str, ...]] = ()
     #: Regular expressions of benign build-log lines dropped before logging.
     BENIGN_LOG_LINES: ClassVar[tuple[str, ...]] = ()
 
