@@ -47,6 +47,7 @@ from ._arrays import free_pools, temporary
 from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program, set_args
+from .sources import dtype_code
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
@@ -89,14 +90,6 @@ def _set_args(prog, name: str, code: int, *args):
     set_args(kernel, *args, dtypes=_arg_dtypes(name, code))
     return kernel
 
-
-def _dtype_code(dtype) -> int:
-    dtype = np.dtype(dtype)
-    if dtype == np.float32:
-        return 1
-    if dtype == np.float64:
-        return 2
-    raise TypeError(f"dtype must be float32 or float64, got {dtype}")
 
 
 #: ``gemm(k_block=...)`` of the weight-gradient GEMMs: their float32 sums over T*N rows then
@@ -260,8 +253,7 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     (:data:`WEIGHT_GRADIENT_K_BLOCK`). Another program; not used when ``k <= k_block``.
     """
     device = resolve_device(device)
-    device.check_dtype(dtype)
-    code = _dtype_code(dtype)
+    code = dtype_code(device.check_dtype(dtype))    # float32 or float64
     dtype = np.dtype(dtype)
     m, n, k, batch = int(m), int(n), int(k), int(batch)
     if min(m, n, k, batch) < 0:
@@ -396,8 +388,7 @@ def sum_rows(device, dtype, rows, cols, a, out, *, a_offset=0, lda=None, out_off
     ``rows == 0`` gives ``out = beta * out``.
     """
     device = resolve_device(device)
-    device.check_dtype(dtype)
-    code = _dtype_code(dtype)
+    code = dtype_code(device.check_dtype(dtype))    # float32 or float64
     dtype = np.dtype(dtype)
     rows, cols, batch = int(rows), int(cols), int(batch)
     if min(rows, cols, batch) < 0:

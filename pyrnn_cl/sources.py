@@ -7,7 +7,6 @@ covers every included header:
 1. a header comment naming the entry file;
 2. ``#pragma OPENCL EXTENSION cl_khr_fp64 : enable`` when ``PYRNN_DTYPE`` is 2 (float64);
 3. the ``#define`` block, sorted by name, so the same defines always give the same text;
-   ``PYRNN_DOUBLE 1`` is added for float64;
 4. the entry file with every ``#include "x.cl"`` replaced by that file's text, each file at most
    once (include-guard semantics), with ``#line N "file"`` markers so compiler messages point
    at the original file and line (PoCL, NVIDIA, AMD, Intel and Apple accept the filename form).
@@ -216,13 +215,11 @@ def _define_value(name: str, value) -> str:
 
 def define_block(defines: Mapping[str, int | str] | None) -> str:
     """The source prefix for ``defines``: the fp64 pragma if ``PYRNN_DTYPE`` is 2, then one
-    ``#define NAME value`` line per entry, sorted by name (``PYRNN_DOUBLE 1`` added for
-    float64)."""
+    ``#define NAME value`` line per entry, sorted by name."""
     defines = dict(defines or {})
     lines = []
     if str(defines.get("PYRNN_DTYPE", "")) == str(DTYPE_FLOAT64):
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-        defines.setdefault("PYRNN_DOUBLE", 1)
     for name in sorted(defines):
         lines.append(f"#define {name} {_define_value(name, defines[name])}".rstrip())
     return "\n".join(lines) + ("\n" if lines else "")

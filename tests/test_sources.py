@@ -80,11 +80,11 @@ def test_define_block_is_sorted_and_typed():
         sources.define_block({"X": "a\nb"})
 
 
-def test_float64_adds_pragma_and_flag():
+def test_float64_adds_the_pragma():
     block = sources.define_block({"PYRNN_DTYPE": sources.DTYPE_FLOAT64, "B": 1})
     lines = block.splitlines()
     assert lines[0] == "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
-    assert lines[1:] == ["#define B 1", "#define PYRNN_DOUBLE 1", "#define PYRNN_DTYPE 2"]
+    assert lines[1:] == ["#define B 1", "#define PYRNN_DTYPE 2"]
     assert "fp64" not in sources.define_block({"PYRNN_DTYPE": sources.DTYPE_FLOAT32})
     assert sources.dtype_code(np.float32) == 1 and sources.dtype_code("float64") == 2
     assert sources.dtype_code(np.float16) == 3
