@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pyrnn_cl as rc
-from conftest import needs_fp64
+from helpers.device import needs_fp64
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF
