@@ -13,6 +13,9 @@ Modules
 ``cudnn``    cuDNN dialect: problem builder, forward + backprop of the library, upstream
              gradients.
 ``tf``       TensorFlow block ops: inputs, BlockLSTM forward + gradient against ``tf_ref``.
+``fuzz``     the malformed-input fuzzer; its op catalogue is derived from the signatures of
+             ``pyrnn_cl.__all__`` (command line: ``python tools/fuzz_malformed.py``, or
+             ``python -m helpers.fuzz`` from ``tests/``).
 
 The independent float64 oracles stay in ``tests/reference/`` (``from reference import
 mps_ref``): they are not helpers but the references the tests compare with.
