@@ -18,20 +18,18 @@ launch per step (``REC_SEQ_BYTES = 0``).
 from __future__ import annotations
 
 import gc
-import os
-import sys
 import weakref
 
 import numpy as np
 import pytest
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shapes as S  # noqa: E402
-import test_cudnn as TC  # noqa: E402
-import test_mps as TM  # noqa: E402
-import test_tf_ops as TT  # noqa: E402
-from conftest import needs_fp64, override_tuning  # noqa: E402
+from helpers import cudnn as TC
+from helpers import mps as TM
+from helpers import shapes as S
+from helpers import tf as TT
+from helpers.compare import F64_TOL
+from helpers.device import needs_fp64, override_tuning
+from reference import cudnn_ref as C
 
 T = 7
 
@@ -80,19 +78,19 @@ def test_cudnn_chunked(device, chunked, monkeypatch, mode, D, lens, input_mode):
     I = H if input_mode == "skip_input" else TC.I_
     chunked(N)
     seen = _chunks_used(monkeypatch)
-    x, h0, c0, params, kw = TC._problem(mode, 2, D, P, I=I, T=T, N=N, seed=21,
-                                        input_mode=input_mode)
+    x, h0, c0, params, kw = TC.problem(mode, 2, D, P, I=I, T=T, N=N, seed=21,
+                                       input_mode=input_mode)
     lens = None if lens is None else np.array(lens, np.int32)
     seq = (T, N, D * (P or H))
-    up = TC._upstream([seq, h0.shape, c0.shape if mode == "lstm" else None], ())
-    out, grads = TC._lib(device, x, h0, c0, params, lens, up, kw)
-    r_out = TC.ref.cudnn_rnn_forward(x, h0, c0, params, lens, **kw)
-    r_grads = TC.ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw)
+    up = TC.upstream([seq, h0.shape, c0.shape if mode == "lstm" else None], ())
+    out, grads = TC.fwd_bwd(device, x, h0, c0, params, lens, up, kw)
+    r_out = C.cudnn_rnn_forward(x, h0, c0, params, lens, **kw)
+    r_grads = C.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw)
     for i in range(3):
-        TC._assert_close(out[i], r_out[i], TC.F64_TOL, f"output {i}")
+        TC.assert_rel(out[i], r_out[i], F64_TOL, f"output {i}")
     for i, name in enumerate(("input_backprop", "input_h_backprop", "input_c_backprop",
                               "params_backprop")):
-        TC._assert_close(grads[i], r_grads[i], TC.F64_TOL, name)
+        TC.assert_rel(grads[i], r_grads[i], F64_TOL, name)
     assert seen and all(steps < t for steps, t, _ in seen), seen   # several chunks ran
 
 
@@ -119,13 +117,13 @@ def test_mps_chunked(device, chunked, monkeypatch, kind, flags, present):
 @pytest.mark.parametrize("seq_len_max", [T, 4], ids=["full", "short"])
 def test_block_lstm_chunked(device, chunked, monkeypatch, seq_len_max):
     """TensorFlow BlockLSTMGrad (peepholes, cell clip, per-step dc) vs tf_ref."""
-    p = TT._lstm_inputs(t=T, seed=29, scale=0.8)
+    p = TT.lstm_inputs(t=T, seed=29, scale=0.8)
     chunked(p["x"].shape[1])
     seen = _chunks_used(monkeypatch)
-    kw = TT._block_kw(False, 1.0, 0.7, True)
-    out, ref, grads, gref = TT._run_block(device, False, seq_len_max, p, kw)
-    TT._close(out, ref, TT.TOL64, "block_lstm")
-    TT._close(grads, gref, TT.TOL64, "block_lstm_grad")
+    kw = TT.block_kw(False, 1.0, 0.7, True)
+    out, ref, grads, gref = TT.run_block(device, False, seq_len_max, p, kw)
+    TT.close(out, ref, TT.TOL64, "block_lstm")
+    TT.close(grads, gref, TT.TOL64, "block_lstm_grad")
     assert any(steps < t for steps, t, full in seen if not full), seen
 
 

@@ -5,8 +5,6 @@ ONNX), or pyrnn_cl's other dialect running on the OpenCL device.
 
 Shapes: T=5, N=3, I=7, H=4 (distinct, so a transposition cannot hide), non-zero initial states.
 """
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,11 +12,10 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import convert as cv
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import cudnn_ref as C  # noqa: E402
-from reference import mps_ref as M  # noqa: E402
-from reference import onnx_ref as O  # noqa: E402
-from reference import tf_ref as TF  # noqa: E402
+from reference import cudnn_ref as C
+from reference import mps_ref as M
+from reference import onnx_ref as O
+from reference import tf_ref as TF
 
 T, N, I, H = 5, 3, 7, 4
 TOL = 1e-12          # float64 reference vs float64 reference / torch

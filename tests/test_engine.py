@@ -14,13 +14,10 @@
   every launch is counted (``programs.launch_count``, pitfall C14).
 
 Layer-level results are checked through the MPSGraph dialect (a thin layer over the engine)
-against ``tests/reference/mps_ref.py``, with the tolerances of ``test_mps``.
+against ``tests/reference/mps_ref.py``, with the tolerances of ``test_mps`` (``helpers.compare``).
 """
 
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pyopencl.array as cla
@@ -31,14 +28,13 @@ from pyrnn_cl import engine
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
 from pyrnn_cl.programs import launch_count
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shapes as S  # noqa: E402
-from conftest import needs_fp64, override_tuning  # noqa: E402
-from test_mps import (F32, F64, assert_close, check_against_reference,  # noqa: E402
-                      desc_of, grad_names, gru_flags, ref_gradients)
-from reference import mps_ref as M  # noqa: E402
+from helpers import shapes as S
+from helpers.compare import F32, F64, assert_close
+from helpers.device import needs_fp64, override_tuning
+from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
+from reference import mps_ref as M
 
-#: The cells of these tests: configurations shared with test_mps (compiled programs reused).
+#: The cells of these tests: configurations shared with test_mps (helpers.mps: programs reused).
 CELLS = {
     "rnn": ("rnn", {"activation": "tanh"}),
     "lstm": ("lstm", {}),                                   # + peephole, mask

@@ -6,7 +6,7 @@
     compared with the independent float64 references of ``tests/reference/`` (forward outputs
     and every gradient).
 (b) **Malformed calls**: one random mutation of a random valid call of a random op
-    (``tools/fuzz_malformed.py``: wrong dtype, non-array, None, rank, axis size, value, layout,
+    (``tests/helpers/fuzz.py``: wrong dtype, non-array, None, rank, axis size, value, layout,
     device) must raise the documented exception type for that mutation, naming the argument,
     before any kernel is launched: never a crash, hang or result.
 
@@ -19,7 +19,7 @@ supervisor is tested here with an injected segmentation fault.
 
 from __future__ import annotations
 
-import importlib.util
+import inspect
 import os
 import subprocess
 import sys
@@ -30,17 +30,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pyrnn_cl as rc
-from conftest import needs_fp64
+
+from helpers import fuzz as FZ
+from helpers.device import needs_fp64
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("fuzz_malformed",
-                                               os.path.join(ROOT, "tools", "fuzz_malformed.py"))
-FZ = sys.modules.setdefault("fuzz_malformed", importlib.util.module_from_spec(_spec))
-if not hasattr(FZ, "make_call"):
-    _spec.loader.exec_module(FZ)
 
 VALID = int(os.environ.get("PYRNN_CL_FUZZ_EXAMPLES", "5"))
 FUZZ = settings(max_examples=VALID, derandomize=True, deadline=None, print_blob=True,
@@ -352,9 +349,20 @@ def test_every_base_call_is_valid(device, monkeypatch):
 
 
 def test_every_op_and_mutation_kind_is_fuzzed():
+    """The catalogue is derived: every public function of ``pyrnn_cl.__all__`` is an op, each
+    op's arguments come from its signature and every one of them has a base value (a shape or
+    a scalar of the tables); every op admits some mutations, and each mutation kind applies to
+    at least three ops."""
+    public = {n for n in rc.__all__ if n[0].islower() and callable(getattr(rc, n))}
+    assert set(FZ.OPS) == set(FZ.public_ops()) == public
+    for op in sorted(FZ.OPS):
+        assert FZ.unknown_arguments(op) == [], f"{op}: no base value for these arguments"
+        case = FZ.OPS[op](np.random.default_rng([0, 0]), np.float32)
+        params = inspect.signature(FZ.public_ops()[op]).parameters
+        assert case.order == [p for p, v in params.items() if v.kind is v.POSITIONAL_OR_KEYWORD]
+        assert case.device_ok == ("device" in params and op not in FZ._HOST_ONLY)
     pairs = _applicable_pairs()
-    assert {op for op, _ in pairs} == set(FZ.OPS) == {
-        n for n in rc.__all__ if n[0].islower() and callable(getattr(rc, n))} - {"devices"}
+    assert {op for op, _ in pairs} == set(FZ.OPS)
     for mutation in FZ.MUTATIONS:
         assert sum(m == mutation for _, m in pairs) >= 3, mutation
 

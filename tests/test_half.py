@@ -21,8 +21,6 @@ is three sums with cancellation); the largest errors are printed with ``-s`` (``
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 
 import numpy as np
 import pyopencl.array as cla
@@ -31,13 +29,12 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import _arrays
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shapes as S  # noqa: E402
-from reference import cudnn_ref as CR  # noqa: E402
-from reference import mps_ref as M  # noqa: E402
-from reference import tf_ref as TR  # noqa: E402
-from test_mps import (activated_z, default_flags, desc_of, grad_names, lib_gradients,  # noqa: E402
-                      ref_gradients, training_desc)
+from helpers import shapes as S
+from helpers.mps import (activated_z, default_flags, desc_of, grad_names, lib_gradients,
+                         ref_gradients, training_desc)
+from reference import cudnn_ref as CR
+from reference import mps_ref as M
+from reference import tf_ref as TR
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 try:

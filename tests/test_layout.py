@@ -8,8 +8,6 @@ PyTorch, and plain NumPy slicing for the state / batch-major / reserve arithmeti
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import layout as LY
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import cudnn_ref as ref  # noqa: E402
+from reference import cudnn_ref as ref
 
 MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")
 CONFIGS = [

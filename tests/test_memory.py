@@ -12,8 +12,6 @@ there is no hidden sequence-long temporary (one would add its T·N·H-sized byte
 from __future__ import annotations
 
 import gc
-import os
-import sys
 
 import numpy as np
 import pyopencl.array as cla
@@ -21,10 +19,9 @@ import pytest
 
 import pyrnn_cl as rc
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shapes as S  # noqa: E402
-import test_mps as TM  # noqa: E402
-from conftest import override_tuning, track_device_arrays  # noqa: E402
+from helpers import mps as TM
+from helpers import shapes as S
+from helpers.device import override_tuning, track_device_arrays
 
 N, I, H = 5, 3, 8
 SHORT, LONG = 6, 60

@@ -11,17 +11,14 @@ Runs without OpenCL and without pyrnn_cl.  Shapes are small asymmetric primes (T
 """
 
 import dataclasses
-import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import cudnn_ref as C  # noqa: E402
-from reference import fd  # noqa: E402
-from reference import mps_ref as M  # noqa: E402
-from reference import tf_ref as TF  # noqa: E402
+from reference import cudnn_ref as C
+from reference import fd
+from reference import mps_ref as M
+from reference import tf_ref as TF
 
 T, N, I, H = 5, 3, 7, 4
 TOL = 1e-10  # reference vs torch float64

@@ -29,7 +29,7 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import cudnn, gemm
 from pyrnn_cl.programs import enqueue, get_program
-from conftest import override_tuning
+from helpers.device import override_tuning
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import pyrnn_cl as rc
-from conftest import needs_fp64
+from helpers.device import needs_fp64
 
 T, N, H = 6, 3, 5
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}

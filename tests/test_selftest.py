@@ -11,9 +11,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
@@ -21,10 +18,9 @@ import pyrnn_cl as rc
 from pyrnn_cl import _selftest_ref as ST
 from pyrnn_cl import cli, selftest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import cudnn_ref as C  # noqa: E402
-from reference import mps_ref as M  # noqa: E402
-from reference import tf_ref as TF  # noqa: E402
+from reference import cudnn_ref as C
+from reference import mps_ref as M
+from reference import tf_ref as TF
 
 TOL = 1e-12
 

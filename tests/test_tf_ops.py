@@ -13,48 +13,22 @@ checked point) adds ``Z[n]`` to row n's pre-activations, so dL/dZ is exactly tha
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import fd  # noqa: E402
-from reference import tf_ref as TF  # noqa: E402
+import pyrnn_cl as rc
+from pyrnn_cl import tf_ops
 
-import pyrnn_cl as rc  # noqa: E402
-from pyrnn_cl import tf_ops  # noqa: E402
+from helpers.tf import (LSTM_ARGS, TOL64, H, I, N, T, block_kw, block_ops, close, lstm_inputs,
+                        pick, rng, run_block)
+from reference import fd
+from reference import tf_ref as TF
 
 cla = pytest.importorskip("pyopencl.array")
 
-T, N, I, H = 5, 3, 7, 4
-TOL64 = 1e-10
 TOL32 = {"fwd": 1e-5, "grad": 1e-4}
 FD_TOL = 1e-6
 DTYPES = [np.float32, pytest.param(np.float64, marks=pytest.mark.fp64)]
-
-
-def _rng(seed):
-    return np.random.default_rng(seed)
-
-
-def _max_err(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
-def _close(got, want, tol, what=""):
-    """``max|got − want| ≤ tol · max(1, max|want|)`` for every pair; returns the max error."""
-    worst = 0.0
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
-    for k, (g, w) in enumerate(zip(got, want)):
-        err = _max_err(g, w)
-        scale = max(1.0, float(np.max(np.abs(w))) if np.size(w) else 0.0)
-        assert err <= tol * scale, f"{what} output {k}: max err {err:.3e} (tol {tol * scale:.1e})"
-        worst = max(worst, err)
-    return worst
 
 
 def _tol(dtype, kind):
@@ -62,32 +36,18 @@ def _tol(dtype, kind):
 
 
 def _gru_inputs(n=N, i=I, h=H, seed=0, dtype=np.float64):
-    g = _rng(seed)
+    g = rng(seed)
     s = 0.5
     return dict(x=g.standard_normal((n, i)), h_prev=g.standard_normal((n, h)) * 0.8,
                 w_ru=g.standard_normal((i + h, 2 * h)) * s, w_c=g.standard_normal((i + h, h)) * s,
                 b_ru=g.standard_normal(2 * h) * s, b_c=g.standard_normal(h) * s)
 
 
-def _lstm_inputs(t=T, n=N, i=I, h=H, seed=0, seq=True, scale=0.5):
-    g = _rng(seed)
-    x = g.standard_normal((t, n, i) if seq else (n, i))
-    return dict(x=x, cs_prev=g.standard_normal((n, h)), h_prev=g.standard_normal((n, h)) * 0.8,
-                w=g.standard_normal((i + h, 4 * h)) * scale, wci=g.standard_normal(h) * 0.5,
-                wcf=g.standard_normal(h) * 0.5, wco=g.standard_normal(h) * 0.5,
-                b=g.standard_normal(4 * h) * scale)
-
-
 def _cast(d, dtype):
     return {k: np.asarray(v, dtype) for k, v in d.items()}
 
 
-LSTM_ARGS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
 GRU_ARGS = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
-
-
-def _args(d, names):
-    return [d[k] for k in names]
 
 
 # ================================================================================================
@@ -97,23 +57,23 @@ def _args(d, names):
 @pytest.mark.parametrize("n, i, h", [(3, 7, 4), (1, 2, 4)], ids=["N3_I7_H4", "batch1_I2_H4"])
 def test_gru_cell_vs_reference(device, dtype, n, i, h):
     p = _cast(_gru_inputs(n, i, h), dtype)
-    a = _args(p, GRU_ARGS)
+    a = pick(p, GRU_ARGS)
     out = rc.gru_block_cell(*a, device=device)
     assert all(o.dtype == dtype and o.shape == (n, h) for o in out)
     ref = TF.gru_block_cell(*a)
-    _close(out, ref, _tol(dtype, "fwd"), "gru_block_cell")
+    close(out, ref, _tol(dtype, "fwd"), "gru_block_cell")
 
-    d_h = _rng(1).standard_normal((n, h)).astype(dtype)
+    d_h = rng(1).standard_normal((n, h)).astype(dtype)
     rr = [o.astype(dtype) for o in ref[:3]]
     g = rc.gru_block_cell_grad(*a, *rr, d_h, device=device)
     assert [o.shape for o in g] == [(n, i), (n, h), (n, h), (n, 2 * h)]
     gref = TF.gru_block_cell_grad(*a, *rr, d_h)
-    _close(g, gref, _tol(dtype, "grad"), "gru_block_cell_grad")
+    close(g, gref, _tol(dtype, "grad"), "gru_block_cell_grad")
 
     dcb, drbub = (o.astype(dtype) for o in gref[2:])
     wg = rc.gru_block_cell_weight_grads(p["x"], p["h_prev"], rr[0], dcb, drbub, device=device)
     assert [o.shape for o in wg] == [(i + h, 2 * h), (i + h, h), (2 * h,), (h,)]
-    _close(wg, TF.gru_block_cell_weight_grads(p["x"], p["h_prev"], rr[0], dcb, drbub),
+    close(wg, TF.gru_block_cell_weight_grads(p["x"], p["h_prev"], rr[0], dcb, drbub),
            _tol(dtype, "grad"), "gru_block_cell_weight_grads")
 
 
@@ -135,7 +95,7 @@ def test_gru_cell_gradients_finite_differences(device):
                                  device=device)[3]
 
     def gradients(up):
-        a = _args(p, GRU_ARGS)
+        a = pick(p, GRU_ARGS)
         r, u, c, _ = rc.gru_block_cell(*a, device=device)
         d_x, d_hp, d_cb, d_rbub = rc.gru_block_cell_grad(*a, r, u, c, up[0], device=device)
         d_wru, d_wc, d_bru, d_bc = rc.gru_block_cell_weight_grads(p["x"], p["h_prev"], r, d_cb,
@@ -152,7 +112,7 @@ def test_gru_cell_is_one_mps_gru_step(device):
     """semantics.md §2.5: GRUBlockCell = one step of rc.gru with reset_gate_first, reset-before,
     flip_z; the forward, z_state and every gradient map onto each other."""
     p = _gru_inputs(seed=5)
-    a = _args(p, GRU_ARGS)
+    a = pick(p, GRU_ARGS)
     w_ru, w_c = p["w_ru"], p["w_c"]
     W = np.concatenate([w_ru[:I].T, w_c[:I].T])
     R = np.concatenate([w_ru[I:].T, w_c[I:].T])
@@ -160,15 +120,15 @@ def test_gru_cell_is_one_mps_gru_step(device):
     desc = rc.GRUDescriptor(training=True, reset_gate_first=True, reset_after=False, flip_z=True)
     h_mps, z_state = rc.gru(p["x"][None], R, W, bias, p["h_prev"], descriptor=desc, device=device)
     r, u, c, h = rc.gru_block_cell(*a, device=device)
-    _close([h, np.concatenate([r, u, c], axis=1)], [h_mps[0], z_state[0]], TOL64, "vs rc.gru")
+    close([h, np.concatenate([r, u, c], axis=1)], [h_mps[0], z_state[0]], TOL64, "vs rc.gru")
 
-    d_h = _rng(6).standard_normal((N, H))
+    d_h = rng(6).standard_normal((N, H))
     d_x, d_hp, d_cb, d_rbub = rc.gru_block_cell_grad(*a, r, u, c, d_h, device=device)
     d_wru, d_wc, d_bru, d_bc = rc.gru_block_cell_weight_grads(p["x"], p["h_prev"], r, d_cb, d_rbub,
                                                               device=device)
     dsrc, dR, dW, db, dh0 = rc.gru_gradients(p["x"][None], R, d_h[None], z_state, h_mps, W, bias,
                                              p["h_prev"], descriptor=desc, device=device)
-    _close([d_x, d_hp, np.concatenate([d_wru[:I].T, d_wc[:I].T]),
+    close([d_x, d_hp, np.concatenate([d_wru[:I].T, d_wc[:I].T]),
             np.concatenate([d_wru[I:].T, d_wc[I:].T]), np.concatenate([d_bru, d_bc])],
            [dsrc[0], dh0, dW, dR, db], TOL64, "vs rc.gru_gradients")
 
@@ -180,29 +140,29 @@ def test_gru_cell_is_one_mps_gru_step(device):
 @pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
 @pytest.mark.parametrize("cell_clip", [0.0, 0.6], ids=["noclip", "clip"])
 def test_lstm_cell_vs_reference(device, dtype, use_peephole, cell_clip):
-    p = _cast(_lstm_inputs(seq=False, seed=2, scale=0.9), dtype)
-    a = _args(p, LSTM_ARGS)
+    p = _cast(lstm_inputs(seq=False, seed=2, scale=0.9), dtype)
+    a = pick(p, LSTM_ARGS)
     kw = dict(forget_bias=0.7, cell_clip=cell_clip, use_peephole=use_peephole)
     out = rc.lstm_block_cell(*a, **kw, device=device)
     assert all(o.dtype == dtype and o.shape == (N, H) for o in out)
     ref = TF.lstm_block_cell(*a, **kw)
-    _close(out, ref, _tol(dtype, "fwd"), "lstm_block_cell")
+    close(out, ref, _tol(dtype, "fwd"), "lstm_block_cell")
     if cell_clip:   # the clamp must be active somewhere, or this case tests nothing
         assert np.any(np.abs(ref[1]) == cell_clip)
 
-    g = _rng(4)
+    g = rng(4)
     cs_grad, h_grad = (g.standard_normal((N, H)).astype(dtype) for _ in range(2))
     fw = [o.astype(dtype) for o in ref[:6]]
     grads = rc.lstm_block_cell_grad(*a, *fw, cs_grad, h_grad, use_peephole=use_peephole,
                                     device=device)
     assert [o.shape for o in grads] == [(N, H), (N, 4 * H), (H,), (H,), (H,)]
     gref = TF.lstm_block_cell_grad(*a, *fw, cs_grad, h_grad, use_peephole=use_peephole)
-    _close(grads, gref, _tol(dtype, "grad"), "lstm_block_cell_grad")
+    close(grads, gref, _tol(dtype, "grad"), "lstm_block_cell_grad")
 
     dicfo = gref[1].astype(dtype)
     wg = rc.lstm_block_cell_weight_grads(p["x"], p["h_prev"], p["w"], dicfo, device=device)
     assert [o.shape for o in wg] == [(N, I), (N, H), (I + H, 4 * H), (4 * H,)]
-    _close(wg, TF.lstm_block_cell_weight_grads(p["x"], p["h_prev"], p["w"], dicfo),
+    close(wg, TF.lstm_block_cell_weight_grads(p["x"], p["h_prev"], p["w"], dicfo),
            _tol(dtype, "grad"), "lstm_block_cell_weight_grads")
 
 
@@ -210,7 +170,7 @@ def test_lstm_cell_vs_reference(device, dtype, use_peephole, cell_clip):
 @pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
 @pytest.mark.parametrize("cell_clip", [0.0, 50.0], ids=["noclip", "clip_inactive"])
 def test_lstm_cell_gradients_finite_differences(device, use_peephole, cell_clip):
-    p = _lstm_inputs(seq=False, seed=7)
+    p = lstm_inputs(seq=False, seed=7)
     p["z"] = np.zeros((N, 4 * H))
     kw = dict(forget_bias=0.4, cell_clip=cell_clip, use_peephole=use_peephole, device=device)
 
@@ -221,7 +181,7 @@ def test_lstm_cell_gradients_finite_differences(device, use_peephole, cell_clip)
         return [out[1], out[6]]     # cs, h
 
     def gradients(up):
-        a = _args(p, LSTM_ARGS)
+        a = pick(p, LSTM_ARGS)
         fw = rc.lstm_block_cell(*a, **kw)
         cs_pg, dicfo, gci, gcf, gco = rc.lstm_block_cell_grad(
             *a, *fw[:6], up[0], up[1], use_peephole=use_peephole, device=device)
@@ -238,60 +198,33 @@ def test_lstm_cell_gradients_finite_differences(device, use_peephole, cell_clip)
 # ================================================================================================
 # BlockLSTM / BlockLSTMV2
 
-def _block(v2):
-    if v2:
-        return rc.block_lstm_v2, rc.block_lstm_grad_v2, TF.block_lstm_v2, TF.block_lstm_grad_v2
-    return rc.block_lstm, rc.block_lstm_grad, TF.block_lstm, TF.block_lstm_grad
-
-
-def _block_kw(v2, forget_bias, cell_clip, use_peephole):
-    kw = dict(cell_clip=cell_clip, use_peephole=use_peephole)
-    if not v2:
-        kw["forget_bias"] = forget_bias
-    return kw
-
-
-def _run_block(device, v2, n, p, kw, seed=11, dtype=np.float64):
-    fn, gfn, rfn, rgfn = _block(v2)
-    a = _args(p, LSTM_ARGS)
-    out = fn(n, *a, **kw, device=device)
-    ref = rfn(n, *a, **kw)
-    g = _rng(seed)
-    cs_grad, h_grad = (g.standard_normal(p["x"].shape[:2] + (p["h_prev"].shape[1],))
-                       .astype(dtype) for _ in range(2))
-    fw = [o.astype(dtype) for o in ref]
-    grads = gfn(n, *a, *fw, cs_grad, h_grad, use_peephole=kw["use_peephole"], device=device)
-    gref = rgfn(n, *a, *fw, cs_grad, h_grad, use_peephole=kw["use_peephole"])
-    return out, ref, grads, gref
-
-
 @pytest.mark.fp64
 @pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
 @pytest.mark.parametrize("forget_bias", [0.0, 1.0], ids=["fb0", "fb1"])
 @pytest.mark.parametrize("cell_clip", [0.0, -1.0, 0.7], ids=["clip0", "clip_neg", "clip"])
 @pytest.mark.parametrize("seq_len_max", [T, 3], ids=["full", "short"])
 def test_block_lstm_combinations(device, use_peephole, forget_bias, cell_clip, seq_len_max):
-    p = _lstm_inputs(seed=13, scale=0.8)
-    kw = _block_kw(False, forget_bias, cell_clip, use_peephole)
-    out, ref, grads, gref = _run_block(device, False, seq_len_max, p, kw)
+    p = lstm_inputs(seed=13, scale=0.8)
+    kw = block_kw(False, forget_bias, cell_clip, use_peephole)
+    out, ref, grads, gref = run_block(device, False, seq_len_max, p, kw)
     if cell_clip > 0:
         assert np.any(np.abs(ref[1][:seq_len_max]) == cell_clip)   # the clamp is active
-    _close(out, ref, TOL64, "block_lstm")
-    _close(grads, gref, TOL64, "block_lstm_grad")
+    close(out, ref, TOL64, "block_lstm")
+    close(grads, gref, TOL64, "block_lstm_grad")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("seq_len_max", [T, 3, 0], ids=["full", "short", "zero"])
 def test_block_lstm_vs_reference(device, dtype, v2, seq_len_max):
-    p = _cast(_lstm_inputs(seed=17, scale=0.7), dtype)
-    kw = _block_kw(v2, 1.0, 0.8 if v2 else 3.0, True)
-    out, ref, grads, gref = _run_block(device, v2, seq_len_max, p, kw, dtype=dtype)
+    p = _cast(lstm_inputs(seed=17, scale=0.7), dtype)
+    kw = block_kw(v2, 1.0, 0.8 if v2 else 3.0, True)
+    out, ref, grads, gref = run_block(device, v2, seq_len_max, p, kw, dtype=dtype)
     assert all(o.dtype == dtype and o.shape == (T, N, H) for o in out)
     assert [g.shape for g in grads] == [(T, N, I), (N, H), (N, H), (I + H, 4 * H), (H,), (H,),
                                         (H,), (4 * H,)]
-    _close(out, ref, _tol(dtype, "fwd"), "block_lstm")
-    _close(grads, gref, _tol(dtype, "grad"), "block_lstm_grad")
+    close(out, ref, _tol(dtype, "fwd"), "block_lstm")
+    close(grads, gref, _tol(dtype, "grad"), "block_lstm_grad")
     # rows t >= seq_len_max: zero in every output (TF leaves i, f, o, ci, co unwritten), zero x_grad
     for o in out:
         assert np.all(o[seq_len_max:] == 0)
@@ -307,16 +240,16 @@ def test_block_lstm_vs_reference(device, dtype, v2, seq_len_max):
                          ids=["noclip_full", "clip_inactive_short"])
 def test_block_lstm_gradients_finite_differences(device, v2, use_peephole, cell_clip,
                                                  seq_len_max):
-    fn, gfn = _block(v2)[:2]
-    p = _lstm_inputs(seed=19)
-    kw = _block_kw(v2, 0.6, cell_clip, use_peephole)
+    fn, gfn = block_ops(v2)[:2]
+    p = lstm_inputs(seed=19)
+    kw = block_kw(v2, 0.6, cell_clip, use_peephole)
 
     def forward(q):
-        out = fn(seq_len_max, *_args(q, LSTM_ARGS), **kw, device=device)
+        out = fn(seq_len_max, *pick(q, LSTM_ARGS), **kw, device=device)
         return [out[1], out[6]]     # cs, h: the outputs BlockLSTMGrad takes gradients of
 
     def gradients(up):
-        a = _args(p, LSTM_ARGS)
+        a = pick(p, LSTM_ARGS)
         fw = fn(seq_len_max, *a, **kw, device=device)
         g = gfn(seq_len_max, *a, *fw, up[0], up[1], use_peephole=use_peephole, device=device)
         return dict(zip(("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"), g))
@@ -330,70 +263,70 @@ def test_block_lstm_gradients_finite_differences(device, v2, use_peephole, cell_
 def test_block_lstm_v2_equals_mps_lstm(device):
     """BlockLSTMV2 (IFCO, no forget bias, no clip, no peephole) = rc.lstm with W = w[:I]ᵀ,
     R = w[I:]ᵀ; z_state holds [i | f | ci | o]; gradients map the same way (cs_grad = 0)."""
-    p = _lstm_inputs(seed=23)
-    a = _args(p, LSTM_ARGS)
+    p = lstm_inputs(seed=23)
+    a = pick(p, LSTM_ARGS)
     w = p["w"]
     W, R = w[:I].T.copy(), w[I:].T.copy()
     desc = rc.LSTMDescriptor(training=True)
     h_m, c_m, z_m = rc.lstm(p["x"], R, W, p["b"], p["h_prev"], p["cs_prev"], descriptor=desc,
                             device=device)
     i, cs, f, o, ci, co, h = rc.block_lstm_v2(T, *a, device=device)
-    _close([h, cs, np.concatenate([i, f, ci, o], axis=2)], [h_m, c_m, z_m], TOL64, "vs rc.lstm")
+    close([h, cs, np.concatenate([i, f, ci, o], axis=2)], [h_m, c_m, z_m], TOL64, "vs rc.lstm")
 
-    h_grad = _rng(29).standard_normal((T, N, H))
+    h_grad = rng(29).standard_normal((T, N, H))
     g = rc.block_lstm_grad_v2(T, *a, i, cs, f, o, ci, co, h, np.zeros((T, N, H)), h_grad,
                               device=device)
     dx, dR, dW, db, dh0, dc0 = rc.lstm_gradients(p["x"], R, h_grad, z_m, c_m, W, p["b"],
                                                  p["h_prev"], p["cs_prev"], descriptor=desc,
                                                  device=device)
-    _close([g[0], g[3][:I].T, g[3][I:].T, g[7], g[2], g[1]], [dx, dW, dR, db, dh0, dc0], TOL64,
+    close([g[0], g[3][:I].T, g[3][I:].T, g[7], g[2], g[1]], [dx, dW, dR, db, dh0, dc0], TOL64,
            "vs rc.lstm_gradients")
 
 
 @pytest.mark.fp64
 def test_block_lstm_batch_1_and_input_ne_hidden(device):
-    p = _lstm_inputs(t=4, n=1, i=2, h=4, seed=31)
-    out, ref, grads, gref = _run_block(device, False, 4, p,
-                                       _block_kw(False, 1.0, 3.0, True))
-    _close(out, ref, TOL64, "block_lstm N=1")
-    _close(grads, gref, TOL64, "block_lstm_grad N=1")
+    p = lstm_inputs(t=4, n=1, i=2, h=4, seed=31)
+    out, ref, grads, gref = run_block(device, False, 4, p,
+                                       block_kw(False, 1.0, 3.0, True))
+    close(out, ref, TOL64, "block_lstm N=1")
+    close(grads, gref, TOL64, "block_lstm_grad N=1")
 
 
 @pytest.mark.fp64
 @pytest.mark.parametrize("t, n", [(0, 3), (4, 0), (0, 0)], ids=["T0", "N0", "T0N0"])
 def test_block_lstm_degenerate(device, t, n):
-    p = _lstm_inputs(t=t, n=n, seed=37)
-    kw = _block_kw(False, 1.0, 3.0, True)
-    out, ref, grads, gref = _run_block(device, False, 0, p, kw)
+    p = lstm_inputs(t=t, n=n, seed=37)
+    kw = block_kw(False, 1.0, 3.0, True)
+    out, ref, grads, gref = run_block(device, False, 0, p, kw)
     assert all(o.shape == (t, n, H) for o in out)
-    _close(out, ref, TOL64, "block_lstm degenerate")
-    _close(grads, gref, TOL64, "block_lstm_grad degenerate")
+    close(out, ref, TOL64, "block_lstm degenerate")
+    close(grads, gref, TOL64, "block_lstm_grad degenerate")
 
 
 @pytest.mark.fp64
 def test_device_arrays_in_device_arrays_out(device):
     """API.md §0: pyopencl arrays in give pyopencl arrays out, same values; inputs unchanged."""
     q = device.queue
-    p = _lstm_inputs(seed=41)
+    p = lstm_inputs(seed=41)
     dp = {k: cla.to_device(q, v) for k, v in p.items()}
-    out = rc.block_lstm(3, *_args(dp, LSTM_ARGS), use_peephole=True, device=device)
+    out = rc.block_lstm(3, *pick(dp, LSTM_ARGS), use_peephole=True, device=device)
     assert all(isinstance(o, cla.Array) for o in out)
-    ref = TF.block_lstm(3, *_args(p, LSTM_ARGS), use_peephole=True)
-    _close([o.get() for o in out], ref, TOL64, "device block_lstm")
-    up = [cla.to_device(q, _rng(43).standard_normal((T, N, H))) for _ in range(2)]
-    grads = rc.block_lstm_grad(3, *_args(dp, LSTM_ARGS), *out, *up, use_peephole=True)
+    ref = TF.block_lstm(3, *pick(p, LSTM_ARGS), use_peephole=True)
+    close([o.get() for o in out], ref, TOL64, "device block_lstm")
+    up = [cla.to_device(q, rng(43).standard_normal((T, N, H))) for _ in range(2)]
+    grads = rc.block_lstm_grad(3, *pick(dp, LSTM_ARGS), *out, *up, use_peephole=True)
     assert all(isinstance(g, cla.Array) for g in grads)
-    gref = TF.block_lstm_grad(3, *_args(p, LSTM_ARGS), *ref, *(u.get() for u in up),
+    gref = TF.block_lstm_grad(3, *pick(p, LSTM_ARGS), *ref, *(u.get() for u in up),
                               use_peephole=True)
-    _close([g.get() for g in grads], gref, TOL64, "device block_lstm_grad")
+    close([g.get() for g in grads], gref, TOL64, "device block_lstm_grad")
     for k, v in p.items():
         assert np.array_equal(dp[k].get(), v), f"{k} was modified"
 
     g = _gru_inputs(seed=47)
     dg = {k: cla.to_device(q, v) for k, v in g.items()}
-    out = rc.gru_block_cell(*_args(dg, GRU_ARGS))
+    out = rc.gru_block_cell(*pick(dg, GRU_ARGS))
     assert all(isinstance(o, cla.Array) for o in out)
-    _close([o.get() for o in out], TF.gru_block_cell(*_args(g, GRU_ARGS)), TOL64, "device gru")
+    close([o.get() for o in out], TF.gru_block_cell(*pick(g, GRU_ARGS)), TOL64, "device gru")
 
 
 # ================================================================================================
@@ -417,7 +350,7 @@ def test_block_lstm_shape_errors(device, name, shape):
     p = _lstm32()
     p[name] = _f32(shape)
     with pytest.raises(rc.ShapeError, match=name) as exc:
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), device=device)
     src = "h_prev" if name != "h_prev" else "x"
     assert src in str(exc.value) and "x" in str(exc.value)
 
@@ -429,18 +362,18 @@ def test_block_lstm_grad_batch_mismatch(device, name):
     fw[name] = _f32((T, N + 1, H))
     msg = rf"{name}: got shape \[5, 4, 4\], expected \[5, 3, 4\]"
     with pytest.raises(rc.ShapeError, match=msg):
-        rc.block_lstm_grad(T, *_args(p, LSTM_ARGS), *fw.values(), device=device)
+        rc.block_lstm_grad(T, *pick(p, LSTM_ARGS), *fw.values(), device=device)
 
 
 def test_cell_batch_mismatch_names_both(device):
     g = {k: v.astype(np.float32) for k, v in _gru_inputs().items()}
     g["h_prev"] = _f32((N + 2, H))
     with pytest.raises(rc.ShapeError, match="h_prev.*batch size.*x"):
-        rc.gru_block_cell(*_args(g, GRU_ARGS), device=device)
+        rc.gru_block_cell(*pick(g, GRU_ARGS), device=device)
     g = {k: v.astype(np.float32) for k, v in _gru_inputs().items()}
     bad = [_f32((N, H))] * 3 + [_f32((N + 1, H))]
     with pytest.raises(rc.ShapeError, match="d_h"):
-        rc.gru_block_cell_grad(*_args(g, GRU_ARGS), *bad, device=device)
+        rc.gru_block_cell_grad(*pick(g, GRU_ARGS), *bad, device=device)
     with pytest.raises(rc.ShapeError, match="d_r_bar_u_bar"):
         rc.gru_block_cell_weight_grads(g["x"], g["h_prev"], _f32((N, H)), _f32((N, H)),
                                        _f32((N, H)), device=device)
@@ -448,7 +381,7 @@ def test_cell_batch_mismatch_names_both(device):
     p["x"] = _f32((N, I))
     p["cs_prev"] = _f32((N - 1, H))
     with pytest.raises(rc.ShapeError, match="cs_prev.*N = 3.*x"):
-        rc.lstm_block_cell(*_args(p, LSTM_ARGS), device=device)
+        rc.lstm_block_cell(*pick(p, LSTM_ARGS), device=device)
     with pytest.raises(rc.ShapeError, match="dicfo"):
         rc.lstm_block_cell_weight_grads(p["x"], p["h_prev"], p["w"], _f32((N + 1, 4 * H)),
                                         device=device)
@@ -457,26 +390,26 @@ def test_cell_batch_mismatch_names_both(device):
 def test_rank_and_dtype_errors(device):
     p = _lstm32()
     with pytest.raises(rc.ShapeError, match="x"):      # rank-1 x CHECK-fails in TF
-        rc.lstm_block_cell(_f32(I), *_args(p, LSTM_ARGS)[1:], device=device)
+        rc.lstm_block_cell(_f32(I), *pick(p, LSTM_ARGS)[1:], device=device)
     with pytest.raises(rc.ShapeError, match="x"):
-        rc.block_lstm(T, _f32((N, I)), *_args(p, LSTM_ARGS)[1:], device=device)
+        rc.block_lstm(T, _f32((N, I)), *pick(p, LSTM_ARGS)[1:], device=device)
     with pytest.raises(rc.ShapeError, match="h_prev"):   # zero cell size CHECK-fails in TF
         q = _lstm32(h=0)
-        rc.block_lstm(T, *_args(q, LSTM_ARGS), device=device)
+        rc.block_lstm(T, *pick(q, LSTM_ARGS), device=device)
     p["b"] = p["b"].astype(np.float64)
     with pytest.raises(TypeError, match="b"):
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), device=device)
     p = _lstm32()
     p["w"] = p["w"].astype(np.int32)
     with pytest.raises(TypeError, match="w"):
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), device=device)
     p = _lstm32()
     with pytest.raises(TypeError, match="use_peephole"):
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), use_peephole=1, device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), use_peephole=1, device=device)
     with pytest.raises(TypeError, match="forget_bias"):
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), forget_bias="1", device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), forget_bias="1", device=device)
     with pytest.raises(ValueError, match="cell_clip"):
-        rc.block_lstm(T, *_args(p, LSTM_ARGS), cell_clip=float("nan"), device=device)
+        rc.block_lstm(T, *pick(p, LSTM_ARGS), cell_clip=float("nan"), device=device)
 
 
 @pytest.mark.parametrize("value, exc", [
@@ -488,7 +421,7 @@ def test_seq_len_max_errors(device, value, exc, op):
     p = _lstm32()
     extra = [_f32((T, N, H))] * 9 if op.endswith("grad_v2") else []
     with pytest.raises(exc, match="seq_len_max"):
-        getattr(rc, op)(value, *_args(p, LSTM_ARGS), *extra, device=device)
+        getattr(rc, op)(value, *pick(p, LSTM_ARGS), *extra, device=device)
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.array(3), np.array(3, np.int64)])
@@ -496,7 +429,7 @@ def test_seq_len_max_integer_kinds(device, value):
     p = _lstm32()
     p["x"][:] = 1.0
     p["b"][:] = 1.0
-    out = rc.block_lstm(value, *_args(p, LSTM_ARGS), device=device)
+    out = rc.block_lstm(value, *pick(p, LSTM_ARGS), device=device)
     assert np.all(out[6][3:] == 0) and np.any(out[6][:3] != 0)
 
 

@@ -8,7 +8,7 @@ was expected, and **no kernel may have been launched** (``programs.launch_count(
 NaN and Inf in the data are not errors: they propagate through the maths.
 
 The random counterpart (thousands of malformed calls of every op) is ``tests/test_fuzz.py`` and
-``tools/fuzz_malformed.py``.
+``tests/helpers/fuzz.py`` (command line: ``tools/fuzz_malformed.py``).
 """
 
 from __future__ import annotations

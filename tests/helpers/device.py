@@ -1,0 +1,61 @@
+"""Device helpers for tests: skip without float64, override tuning values, count device
+memory."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def needs_fp64(device) -> None:
+    """Skip the calling test unless ``device`` (a ``pyrnn_cl.devices.Device``) has fp64."""
+    if not device.info.has_fp64:
+        pytest.skip(f"{device.info.describe()} has no cl_khr_fp64")
+
+
+def override_tuning(device, monkeypatch, family="recurrence", **values):
+    """Make ``device.tuning(family)`` return its profile's values updated by ``values`` for the
+    rest of the test (each call starts again from the profile's own values)."""
+    profile_tuning = type(device).tuning
+
+    def tuning(fam):
+        out = dict(profile_tuning(device, fam))
+        if fam == family:
+            out.update(values)
+        return out
+
+    monkeypatch.setattr(device, "tuning", tuning)
+
+
+def track_device_arrays(monkeypatch):
+    """Count the bytes of every device array allocated from now on (``pyopencl.array.Array``
+    created without existing data: ``empty``, ``zeros``, ``to_device``, copies; views and
+    sub-buffers are not allocations) while it lives. The library's pooled temporaries are
+    allocated plainly meanwhile, so they count too. Returns a dict whose ``now``/``peak`` the
+    caller may reset; ``peak`` is the most bytes alive at once."""
+    import weakref
+
+    import pyopencl.array as cla
+
+    from pyrnn_cl import _arrays, engine, gemm
+
+    def temporary(device, shape, dtype):
+        return _arrays.empty(device.queue, shape, dtype)
+
+    for module in (_arrays, engine, gemm):
+        monkeypatch.setattr(module, "temporary", temporary)
+    live = {"now": 0, "peak": 0}
+    init = cla.Array.__init__
+
+    def release(size):
+        live["now"] -= size
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        data = kwargs.get("data", args[5] if len(args) > 5 else None)
+        if data is None and self.nbytes:
+            live["now"] += self.nbytes
+            live["peak"] = max(live["peak"], live["now"])
+            weakref.finalize(self, release, self.nbytes)
+
+    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    return live
