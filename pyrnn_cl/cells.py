@@ -24,7 +24,9 @@ gru    (z, r, o)                   o is cuDNN's h', PyTorch's n, TensorFlow's c
 ``k`` in the caller's layout, e.g. MPSGraph's LSTM ``[i, z, f, o]`` (``forget_gate_last``) is
 ``(0, 2, 1, 3)`` and PyTorch's GRU ``(r, z, n)`` is ``(1, 0, 2)``.
 
-Slot roles:
+Slot roles (the cell contract at the top of ``cl/recurrence.cl`` states what they mean to the
+engine; the cell file declares the same values as ``CELL_*`` macros and the build checks them
+against the registry's ``PYRNN_CELL_*`` defines, :meth:`CellSpec.defines`):
 
 * ``late_gate`` (two-phase cells): the slot whose value multiplies ``h[t-1]`` in the recurrent
   product of the last slot, which is therefore read late: a second kernel per step
@@ -214,11 +216,20 @@ class CellSpec:
         return cell_kind(self.kind).digest
 
     def defines(self) -> dict:
-        """The ``#define``s of this cell: gate blocks, activations and the cell-specific
+        """The ``#define``s of this cell: gate blocks, activations, the registry's view of the
+        cell (``PYRNN_CELL_*``, checked against the cell file's ``CELL_*`` declarations when it
+        builds, see the cell contract in ``cl/recurrence.cl``) and the cell-specific
         switches."""
+        reg = self.registry
         d = {f"GATE_BLK_{k}": b for k, b in enumerate(self.gate_blocks)}
         d.update({f"ACT_{k}": a for k, a in enumerate(self.acts)})
-        kind = cell_kind(self.kind)
-        if kind.variant is not None:
-            d.update(kind.variant(self)[0])
+        d.update(PYRNN_CELL_G=reg.gates, PYRNN_CELL_STATES=reg.states,
+                 PYRNN_CELL_LATE_GATE=reg.late_gate, PYRNN_CELL_HN_SLOT=reg.hn_slot,
+                 PYRNN_CELL_PEEP_SLOTS=sum(1 << k for k in reg.peephole_slots),
+                 PYRNN_CELL_PEEP_NEW_C=reg.peephole_new_c,
+                 PYRNN_CELL_BWD_NEEDS_Y=int(reg.bwd_needs_y))
+        if reg.digest:      # a registered file: its programs are keyed by its contents
+            d["PYRNN_CELL_DIGEST"] = reg.digest[:32]
+        if reg.variant is not None:
+            d.update(reg.variant(self)[0])
         return d

@@ -173,8 +173,7 @@ class _Layer:
         # before any input is made contiguous or copied
         self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
                               rev_mask=self.rev_mask, has_mask=mask is not None,
-                              has_hb=(kind == "gru" and desc.reset_after
-                                      and secondary_bias is not None),
+                              has_hb=self.cell.needs_hn and secondary_bias is not None,
                               has_peep=peephole is not None)
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
@@ -187,17 +186,17 @@ class _Layer:
         self.h0 = (StateView(q.dev("init_state", init_state), H, D * H)
                    if init_state is not None else zero)
         self.c0 = None
-        if kind == "lstm":
+        if self.cell.has_c:
             self.c0 = (StateView(q.dev("init_cell", init_cell), H, D * H)
                        if init_cell is not None else zero)
         self.peep = q.dev("peephole", peephole)
         self.mask = self._mask(mask)
         self.hb = None
-        if kind == "gru" and desc.reset_after and secondary_bias is not None:
-            # hidden-side bias [D][G*H]: b2 in the o block, zero elsewhere
+        if self.cell.needs_hn and secondary_bias is not None:
+            # hidden-side bias [D][G*H]: b2 in the hn slot's (o) block, zero elsewhere
             self.hb = q.zeros((D, G * H))
             b2 = q.dev("secondary_bias", secondary_bias)
-            o = self.cell.gate_blocks[2] * H
+            o = self.cell.gate_blocks[self.cell.hn_slot] * H
             engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
                          (D, 1, H))
 
@@ -238,7 +237,7 @@ class _Layer:
         dhn = q.dev("state_gradient", state_gradient, (N, D * H))
         dcn = q.dev("cell_gradient", cell_gradient, (N, D * H))
         dh0 = StateView(q.empty((N, D * H)), H, D * H)
-        dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.kind == "lstm" else None
+        dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.cell.has_c else None
         GH, I = self.G * H, self.I
         # without an input weight the source gradient is the gate gradient itself: one chunk
         full = self.W is None
@@ -280,7 +279,7 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
     fwd = layer.forward()
     T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
     outs = [call.out(fwd["y"], (T, N, D * H))]
-    if kind == "lstm" and (desc.training or desc.produce_cell):
+    if layer.cell.has_c and (desc.training or desc.produce_cell):
         outs.append(call.out(fwd["cs"], (T, N, D * H)))
     if desc.training:
         outs.append(call.out(fwd["sav"], (T, N, D * G * H)))
@@ -341,7 +340,7 @@ def _secondary_bias_gradient(layer, dhb):
     q, D, H, GH = layer.call, layer.D, layer.H, layer.G * layer.H
     out = q.zeros((D * H,))
     if dhb is not None:
-        o = layer.cell.gate_blocks[2] * H
+        o = layer.cell.gate_blocks[layer.cell.hn_slot] * H
         engine.copy3(q.device, q.dtype, out, 0, (H, 0, 1), dhb, o, (GH, 0, 1), (D, 1, H))
     return out
 
