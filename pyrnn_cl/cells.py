@@ -5,7 +5,8 @@ Two levels:
 * a :class:`CellKind` (the registry, :data:`CELLS`) describes a cell file once: its gate
   count, the roles of its canonical slots, its state count, its default activations and
   whether its backward needs the output sequence ``y``. Every gate count in the package is a
-  lookup here (:func:`gates`). Built-in kinds are ``rnn``, ``lstm`` and ``gru``.
+  lookup here (:func:`gates`). Built-in kinds are ``rnn``, ``lstm`` and ``gru``; more are
+  added from outside the package with :func:`register_cell`.
 * a :class:`CellSpec` fixes everything that changes the compiled code of a layer: the cell
   kind, where each canonical gate lives among the caller's weight blocks, the activations and
   the cell-specific switches.
@@ -40,12 +41,16 @@ against the registry's ``PYRNN_CELL_*`` defines, :meth:`CellSpec.defines`):
 
 from __future__ import annotations
 
+import hashlib
+import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 __all__ = ["ACTIVATIONS", "PEEP_NONE", "PEEP_MPS", "PEEP_TF", "CellKind", "CellSpec", "CELLS",
-           "CUDNN_MODES", "activation_code", "cell_kind", "gates"]
+           "CUDNN_MODES", "activation_code", "cell_kind", "gates", "register_cell"]
 
 #: Activation names (API.md §1) and their codes in ``cl/common.h``.
 ACTIVATIONS = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "hard_sigmoid": 4}
@@ -118,8 +123,11 @@ _BUILTIN = (
              late_gate=1, hn_slot=2, bwd_needs_y=True, variant=_gru_variant),
 )
 
-#: The cell registry: kind name -> :class:`CellKind` (built-in cells first).
+#: The cell registry: kind name -> :class:`CellKind` (built-in cells first; :func:`register_cell`
+#: adds to it).
 CELLS: dict[str, CellKind] = {k.name: k for k in _BUILTIN}
+_BUILTIN_NAMES = frozenset(CELLS)
+_registry_lock = threading.Lock()
 
 #: cuDNN's ``rnn_mode`` names: the cell kind and the activation of each (None: the kind's
 #: defaults). The gate count of a mode is its kind's.
@@ -141,6 +149,69 @@ def gates(name) -> int:
     if name in CUDNN_MODES:
         name = CUDNN_MODES[name][0]
     return cell_kind(name).gates
+
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def register_cell(name, source_path, *, gates, slots=None, activations=None, states=1,
+                  late_gate=None, hn_slot=None, backward_needs_y=True):
+    """Register the cell ``name`` whose pointwise maths is the OpenCL C file ``source_path``
+    (README "Custom cells" states the contract the file follows). Returns its
+    :class:`CellKind`; the cell is then reachable as :func:`pyrnn_cl.mps.rnn_layer` (...,
+    ``descriptor=RNNLayerDescriptor(cell=name)``) and :func:`pyrnn_cl.mps.rnn_layer_gradients`.
+
+    ``gates``: gates per hidden unit (weight blocks of ``H`` rows); ``slots``: their names
+    (default ``("g0", "g1", ...)``); ``activations``: default activation name per slot
+    (default ``"sigmoid"`` for every slot, the ``ACT_k`` defines the file receives);
+    ``states``: 1 (h) or 2 (h and a cell state c); ``late_gate``: for a two-phase cell, the
+    slot whose value multiplies ``h[t-1]`` in the last slot's recurrent product;
+    ``hn_slot``: the slot whose recurrent pre-activation the backward needs;
+    ``backward_needs_y``: whether ``cell_bwd`` needs h[t-1] (given the output sequence) rather
+    than rebuilding it with ``cell_h`` from the saved gates.
+
+    Registering a name again replaces the entry (and, since its file's digest is part of every
+    program key, its programs); a built-in name cannot be replaced.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name: expected a lower-case identifier, got {name!r}")
+    if name in _BUILTIN_NAMES or name in CUDNN_MODES:
+        raise ValueError(f"name: {name!r} is a built-in cell")
+    path = Path(source_path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"source_path: {str(source_path)!r} is not a file")
+    if isinstance(gates, bool) or not isinstance(gates, int) or not 1 <= gates <= 4:
+        raise ValueError(f"gates: expected an int from 1 to 4, got {gates!r}")
+    slots = tuple(f"g{k}" for k in range(gates)) if slots is None else tuple(slots)
+    if len(slots) != gates:
+        raise ValueError(f"slots: expected {gates} names, got {len(slots)}")
+    acts = ("sigmoid",) * gates if activations is None else tuple(activations)
+    if len(acts) != gates:
+        raise ValueError(f"activations: expected {gates} names, got {len(acts)}")
+    codes = tuple(activation_code(a, "activations") for a in acts)
+    if states not in (1, 2):
+        raise ValueError(f"states: expected 1 or 2, got {states!r}")
+
+    def slot(arg, value):
+        if value is None:
+            return -1
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < gates:
+            raise ValueError(f"{arg}: expected a slot from 0 to {gates - 1} or None, "
+                             f"got {value!r}")
+        return value
+
+    late, hn = slot("late_gate", late_gate), slot("hn_slot", hn_slot)
+    if late >= 0 and (gates < 2 or late == gates - 1):
+        raise ValueError("late_gate: a two-phase cell needs at least 2 gates and its late gate "
+                         "must not be the last slot (the one read late)")
+    if late >= 0 and hn >= 0:
+        raise ValueError("late_gate and hn_slot: a cell has at most one of them")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    kind = CellKind(name, str(path), gates, slots, codes, states=states, late_gate=late,
+                    hn_slot=hn, bwd_needs_y=bool(backward_needs_y), digest=digest)
+    with _registry_lock:
+        CELLS[name] = kind
+    return kind
 
 
 @dataclass(frozen=True)
