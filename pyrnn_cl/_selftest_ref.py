@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .cells import gates
+
 __all__ = ["act", "mps_rnn", "mps_lstm", "mps_gru", "tf_gru_cell", "tf_lstm_cell", "tf_block_lstm",
            "cudnn_counts", "cudnn_unpack", "cudnn_forward"]
 
@@ -191,12 +193,11 @@ def tf_block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forge
 
 # ---- cuDNN --------------------------------------------------------------------------------------
 
-_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
 
 def cudnn_counts(L, H, I, mode, D, P=0, skip=False):
     """Shapes of the canonical weights and biases, in order (API.md §3)."""
-    G = _GATES[mode]
+    G = gates(mode)
     Rw = P or H
     ws, bs = [], []
     for layer in range(L):
@@ -214,7 +215,7 @@ def cudnn_counts(L, H, I, mode, D, P=0, skip=False):
 def cudnn_unpack(params, L, H, I, mode, D, P=0, skip=False):
     """Split flat ``params`` into per (layer, direction) dicts: W (list or None), R, Wp, bW, bR.
     Layout: per pseudo-layer, its weights then its biases, each flattened row-major."""
-    G = _GATES[mode]
+    G = gates(mode)
     Rw = P or H
     out, pos = [], 0
 

@@ -44,6 +44,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .cells import CUDNN_MODES, gates
 from .errors import ShapeError
 
 __all__ = [
@@ -57,8 +58,8 @@ __all__ = [
     "canonical_to_keras_gru", "keras_gru_to_mps", "mps_to_keras_gru",
 ]
 
-#: Gates per cuDNN ``rnn_mode``.
-GATES = {"rnn_relu": 1, "rnn_tanh": 1, "gru": 3, "lstm": 4}
+#: Gates per cuDNN ``rnn_mode`` (a view of the cell registry, :func:`pyrnn_cl.cells.gates`).
+GATES = {mode: gates(mode) for mode in CUDNN_MODES}
 
 #: ``rc.GRUDescriptor`` flags for the GRU of :func:`tf_gru_block_to_mps` (blocks ``[r, u, c]``).
 MPS_GRU_FLAGS_TF = dict(reset_gate_first=True, reset_after=False, flip_z=True)

@@ -256,7 +256,7 @@ class Recurrence:
         bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
         if backward:
             bufs += [chunk * G * H, 2 * N * D * H, chunk * K]        # dgx, carry_h, hin
-            bufs += [chunk * G * H] * (self.cell.kind == "gru")      # dgh
+            bufs += [chunk * G * H] * self.cell.separate_dgh         # dgh
             bufs += [2 * N * D * G * H] * (steps < T)                # gate-gradient ring
             bufs += [2 * N * D * H] * self.cell.has_c + [chunk * P] * bool(P)  # carry_c, dr
         check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
@@ -276,8 +276,8 @@ class Recurrence:
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
-            prog = self._programs[key] = get_program(self.device, f"engine_{self.cell.kind}.cl",
-                                                     defines)
+            prog = self._programs[key] = get_program(self.device, "recurrence.cl", defines,
+                                                     prelude=(self.cell.source,))
         return prog
 
     def _or_dummy(self, a):
@@ -478,9 +478,10 @@ class Recurrence:
         steps never exist at once: the workspace is bounded by the chunk, not by T.
 
         ``full``: one chunk of every step, and the gate gradients ``dgx`` (input side,
-        ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell is a GRU)
-        are returned. Returns a dict with ``dgx``/``dgh`` (None unless ``full``), ``dR``,
-        ``dwp`` (projection) and ``dpeep`` (peepholes).
+        ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell keeps them
+        apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns a dict with
+        ``dgx``/``dgh`` (None unless ``full``), ``dR``, ``dwp`` (projection) and ``dpeep``
+        (peepholes).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         GH, P = G * H, self.P
@@ -491,7 +492,7 @@ class Recurrence:
         alloc = empty if full else (lambda _q, shape, dtype: temporary(dev, shape, dtype))
         rows = min(steps, T)     # (T = 0: empty buffers)
         dgx = alloc(q, (rows, N, D * GH), dt)
-        dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.kind == "gru" else dgx
+        dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.separate_dgh else dgx
         dr = temporary(dev, (rows, N, D * P), dt) if P else None
         gring = temporary(dev, (2, N, D * GH), dt) if ring else self._dummy
         res = {"dgx": dgx if full else None, "dgh": dgh if full else None, "dR": None,
@@ -534,9 +535,9 @@ class Recurrence:
             rt = self.pack_t(R, G * H, K)
             wt = self.pack_t(w_proj, P, H) if P else rt
         zrow = read_only_zeros(dev, dt, max(GH, K))
-        if fwd["y"] is None and (self.cell.kind == "gru" or P):
-            raise ValueError("Recurrence.backward: fwd['y'] is needed for a GRU or a projection "
-                             "(h cannot be rebuilt from the saved gates)")
+        if fwd["y"] is None and (self.cell.bwd_needs_y or P):
+            raise ValueError(f"Recurrence.backward: fwd['y'] is needed for a {self.cell.kind} "
+                             "cell or a projection (h cannot be rebuilt from the saved gates)")
         y = fwd["y"] if T and fwd["y"] is not None else self._dummy
 
         def chunk_args(s_lo, s_hi):
@@ -652,10 +653,10 @@ class Recurrence:
                              b_offset=d * h0.sd, ldb=h0.sn, c_offset=c_off, beta=1.0)
             else:
                 hin, hr = self._gather_hin(chunk, fwd, h0, mask, lens)
-                # gate rows [lo, hi) and their input; a two-phase GRU's o block reads hr
+                # gate rows [lo, hi) and their input; a two-phase cell's late block reads hr
                 parts = [(0, GH, hin)]
                 if hr is not None:
-                    o = self.cell.gate_blocks[2] * H
+                    o = self.cell.gate_blocks[self.cell.late_slot] * H
                     parts = [(0, o, hin), (o, o + H, hr), (o + H, GH, hin)]
                 for d in range(D):
                     c_off = dR.offset + d * dR.stride
@@ -681,9 +682,10 @@ class Recurrence:
 
     def _gather_hin(self, chunk, fwd, h0, mask, lens):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
-        two-phase GRU ``hr = hin . r``: the right-hand sides of the recurrent weight
-        gradient where lengths, a mask or the reset gate make them differ from y, or where
-        ``fwd`` has no ``y`` (LSTM, RNN: h computed from the saved gates and c)."""
+        two-phase cell ``hr = hin . g`` (g its late gate, a GRU's r): the right-hand sides of
+        the recurrent weight gradient where lengths, a mask or the late gate make them differ
+        from y, or where ``fwd`` has no ``y`` (LSTM, RNN: h computed from the saved gates and
+        c)."""
         N, D, K, n = self.N, self.D, self.K, chunk.steps
         dt, dev = self.dtype, self.device
         hin = temporary(dev, (max(n, 1), N, D * K), dt)

@@ -65,12 +65,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._arrays import check_choice, check_int
+from .cells import CUDNN_MODES, gates
 
 __all__ = ["RNN_MODES", "INPUT_MODES", "DIRECTIONS", "NUM_GATES", "CudnnLayout", "make_layout",
            "swap01_strides", "HOST_RESERVED_SIZE", "host_signature", "RESERVE_ALIGN"]
 
-#: Gates per ``rnn_mode``.
-NUM_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+#: Gates per ``rnn_mode`` (a view of the cell registry, :func:`pyrnn_cl.cells.gates`).
+NUM_GATES = {mode: gates(mode) for mode in CUDNN_MODES}
 RNN_MODES = tuple(NUM_GATES)
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 DIRECTIONS = ("unidirectional", "bidirectional")

@@ -20,6 +20,10 @@ is replaced by ``source`` itself when ``input_weight is None``):
 ``reverse=True`` runs t = T-1 .. 0 (output t is the state after x[t]); ``bidirectional`` ignores
 ``reverse`` and puts the backward direction's final state at output time 0.
 
+:func:`rnn_layer` / :func:`rnn_layer_gradients` (:class:`RNNLayerDescriptor`) run the same
+layer for any registered cell (:mod:`pyrnn_cl.cells`, including ones added with
+``register_cell``), weight blocks in the cell's canonical slot order.
+
 ``z_state`` (returned when ``training``) is ``[T, N, G*H]`` (``[T, N, 2*G*H]`` bidirectional) in
 the gate-block order of the weights, holding per step: single gate the pre-activation ``z``;
 LSTM the post-activation gates ``i, f, z, o``; GRU the post-activation ``z, r, o``. Feed it back
@@ -36,12 +40,13 @@ import pyopencl.array as cla
 from . import engine
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
 from ._lifecycle import entry_point
-from .cells import PEEP_MPS, CellSpec, activation_code
+from .cells import PEEP_MPS, CellSpec, activation_code, cell_kind
 from .engine import Recurrence, StateView
 from .errors import ShapeError
 
-__all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "single_gate_rnn",
-           "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru", "gru_gradients"]
+__all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "RNNLayerDescriptor",
+           "single_gate_rnn", "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru",
+           "gru_gradients", "rnn_layer", "rnn_layer_gradients"]
 
 
 @dataclass
@@ -87,12 +92,30 @@ class GRUDescriptor:
     output_gate_activation: str = "tanh"
 
 
-_DESCRIPTORS = {"rnn": SingleGateRNNDescriptor, "lstm": LSTMDescriptor, "gru": GRUDescriptor}
+@dataclass
+class RNNLayerDescriptor:
+    """A layer of any registered cell (:data:`pyrnn_cl.cells.CELLS`: ``"rnn"``, ``"lstm"``,
+    ``"gru"`` or one added with :func:`pyrnn_cl.cells.register_cell`), for :func:`rnn_layer`.
+    Weight blocks are in the cell's canonical slot order; ``activations`` names one activation
+    per slot (None: the cell's defaults). Built-in cells take their plain variants: an LSTM
+    without peepholes, a reset-after GRU with ``h = z h + (1 - z) o`` and no second bias."""
+
+    cell: str = "rnn"
+    reverse: bool = False
+    bidirectional: bool = False
+    training: bool = False
+    produce_cell: bool = False
+    activations: tuple | None = None
+
+
+_DESCRIPTORS = {"rnn": SingleGateRNNDescriptor, "lstm": LSTMDescriptor, "gru": GRUDescriptor,
+                "layer": RNNLayerDescriptor}
 #: The boolean fields of each descriptor (anything else there, e.g. 1 or "yes": TypeError).
 _FLAGS = {"rnn": ("reverse", "bidirectional", "training"),
           "lstm": ("reverse", "bidirectional", "training", "produce_cell", "forget_gate_last"),
           "gru": ("reverse", "bidirectional", "training", "reset_gate_first", "reset_after",
-                  "flip_z")}
+                  "flip_z"),
+          "layer": ("reverse", "bidirectional", "training", "produce_cell")}
 
 
 def _descriptor(kind, descriptor):
@@ -109,8 +132,24 @@ def _descriptor(kind, descriptor):
     return descriptor
 
 
+def _layer_cell(desc) -> CellSpec:
+    """The engine's cell for an :class:`RNNLayerDescriptor`: blocks in canonical slot order."""
+    reg = cell_kind(desc.cell)
+    if desc.activations is None:
+        acts = reg.acts
+    else:
+        acts = tuple(desc.activations) if isinstance(desc.activations, (tuple, list)) else ()
+        if len(acts) != reg.gates:
+            raise ValueError(f"descriptor.activations: cell {desc.cell!r} has {reg.gates} gates "
+                             f"{reg.slots}, got {desc.activations!r}")
+        acts = tuple(activation_code(a, "descriptor.activations") for a in acts)
+    return CellSpec(reg.name, tuple(range(reg.gates)), acts)
+
+
 def _cell(kind, desc) -> CellSpec:
     """The engine's cell for a descriptor: canonical gate slots -> MPSGraph gate blocks."""
+    if kind == "layer":
+        return _layer_cell(desc)
     if kind == "rnn":
         return CellSpec("rnn", (0,), (activation_code(desc.activation, "descriptor.activation"),))
     if kind == "lstm":
@@ -173,8 +212,7 @@ class _Layer:
         # before any input is made contiguous or copied
         self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
                               rev_mask=self.rev_mask, has_mask=mask is not None,
-                              has_hb=(kind == "gru" and desc.reset_after
-                                      and secondary_bias is not None),
+                              has_hb=self.cell.needs_hn and secondary_bias is not None,
                               has_peep=peephole is not None)
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
@@ -187,17 +225,17 @@ class _Layer:
         self.h0 = (StateView(q.dev("init_state", init_state), H, D * H)
                    if init_state is not None else zero)
         self.c0 = None
-        if kind == "lstm":
+        if self.cell.has_c:
             self.c0 = (StateView(q.dev("init_cell", init_cell), H, D * H)
                        if init_cell is not None else zero)
         self.peep = q.dev("peephole", peephole)
         self.mask = self._mask(mask)
         self.hb = None
-        if kind == "gru" and desc.reset_after and secondary_bias is not None:
-            # hidden-side bias [D][G*H]: b2 in the o block, zero elsewhere
+        if self.cell.needs_hn and secondary_bias is not None:
+            # hidden-side bias [D][G*H]: b2 in the hn slot's (o) block, zero elsewhere
             self.hb = q.zeros((D, G * H))
             b2 = q.dev("secondary_bias", secondary_bias)
-            o = self.cell.gate_blocks[2] * H
+            o = self.cell.gate_blocks[self.cell.hn_slot] * H
             engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
                          (D, 1, H))
 
@@ -238,7 +276,7 @@ class _Layer:
         dhn = q.dev("state_gradient", state_gradient, (N, D * H))
         dcn = q.dev("cell_gradient", cell_gradient, (N, D * H))
         dh0 = StateView(q.empty((N, D * H)), H, D * H)
-        dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.kind == "lstm" else None
+        dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.cell.has_c else None
         GH, I = self.G * H, self.I
         # without an input weight the source gradient is the gate gradient itself: one chunk
         full = self.W is None
@@ -280,7 +318,7 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
     fwd = layer.forward()
     T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
     outs = [call.out(fwd["y"], (T, N, D * H))]
-    if kind == "lstm" and (desc.training or desc.produce_cell):
+    if layer.cell.has_c and (desc.training or desc.produce_cell):
         outs.append(call.out(fwd["cs"], (T, N, D * H)))
     if desc.training:
         outs.append(call.out(fwd["sav"], (T, N, D * G * H)))
@@ -341,7 +379,7 @@ def _secondary_bias_gradient(layer, dhb):
     q, D, H, GH = layer.call, layer.D, layer.H, layer.G * layer.H
     out = q.zeros((D * H,))
     if dhb is not None:
-        o = layer.cell.gate_blocks[2] * H
+        o = layer.cell.gate_blocks[layer.cell.hn_slot] * H
         engine.copy3(q.device, q.dtype, out, 0, (H, 0, 1), dhb, o, (GH, 0, 1), (D, 1, H))
     return out
 
@@ -407,3 +445,69 @@ def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd
                       input_weight, bias, init_state, None, mask, None, secondary_bias,
                       state_gradient, None, descriptor, device)
 
+
+
+@entry_point
+def rnn_layer(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
+              init_cell=None, mask=None, *, descriptor, device=None):
+    """A layer of the cell ``descriptor.cell`` (:class:`RNNLayerDescriptor`), MPSGraph-style:
+    ``[h]``, then the cell sequence ``c`` (cells with a cell state, when ``training or
+    produce_cell``), then ``z_state`` (what the forward saved, ``[T, N, D*G*H]``) when
+    ``training``. Shapes as :func:`lstm` with ``G`` the cell's gate count; ``init_cell`` only
+    for cells with a cell state."""
+    desc = _descriptor("layer", descriptor)
+    if init_cell is not None and not _layer_cell(desc).has_c:
+        raise ValueError(f"init_cell: cell {desc.cell!r} has no cell state")
+    return _forward("layer", source, recurrent_weight, input_weight, bias, init_state, init_cell,
+                    mask, None, None, desc, device)
+
+
+@entry_point
+def rnn_layer_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd=None,
+                        cell_output_fwd=None, input_weight=None, bias=None, init_state=None,
+                        init_cell=None, mask=None, state_gradient=None, cell_gradient=None, *,
+                        descriptor, device=None):
+    """Gradients of :func:`rnn_layer`: ``[d_source, d_recurrent_weight, d_input_weight,
+    d_bias, d_init_state, d_init_cell]``, the entries of inputs passed as ``None`` omitted.
+    ``output_fwd`` is the forward's ``h`` (required when the cell's backward needs y, e.g. a
+    GRU), ``cell_output_fwd`` its cell sequence (required for cells with a cell state);
+    ``cell_gradient`` is dL/d(final c)."""
+    desc = _descriptor("layer", descriptor)
+    cell = _layer_cell(desc)
+    for name, a, needed in (("output_fwd", output_fwd, cell.bwd_needs_y),
+                            ("cell_output_fwd", cell_output_fwd, cell.has_c)):
+        if needed and a is None:
+            raise ValueError(f"{name}: cell {desc.cell!r} needs it")
+    for name, a in (("init_cell", init_cell), ("cell_gradient", cell_gradient)):
+        if a is not None and not cell.has_c:
+            raise ValueError(f"{name}: cell {desc.cell!r} has no cell state")
+    call = Call({"source": source, "recurrent_weight": recurrent_weight,
+                 "source_gradient": source_gradient, "z_state": z_state,
+                 "output_fwd": output_fwd, "cell_output_fwd": cell_output_fwd,
+                 "input_weight": input_weight, "bias": bias, "init_state": init_state,
+                 "init_cell": init_cell, "mask": mask, "state_gradient": state_gradient,
+                 "cell_gradient": cell_gradient}, device)
+    grads = [("source_gradient", source_gradient), ("z_state", z_state),
+             ("state_gradient", state_gradient)]
+    if cell.bwd_needs_y:
+        grads.append(("output_fwd", output_fwd))
+    if cell.has_c:
+        grads += [("cell_output_fwd", cell_output_fwd), ("cell_gradient", cell_gradient)]
+    layer = _Layer("layer", call, desc, source, recurrent_weight, input_weight, bias, init_state,
+                   init_cell, mask, None, None, grads=grads)
+    T, N, D, H = layer.T, layer.N, layer.D, layer.H
+    y = call.dev("output_fwd", output_fwd, (T, N, D * H)) if cell.bwd_needs_y else None
+    cs = call.dev("cell_output_fwd", cell_output_fwd, (T, N, D * H)) if cell.has_c else None
+    g = layer.backward(layer.saved_forward(z_state, y=y, cs=cs), source_gradient,
+                       state_gradient, cell_gradient)
+    res = [call.out(g["dx"], tuple(source.shape)),
+           call.out(g["dR"], tuple(recurrent_weight.shape))]
+    if input_weight is not None:
+        res.append(call.out(g["dW"], tuple(input_weight.shape)))
+    if bias is not None:
+        res.append(call.out(g["db"], tuple(bias.shape)))
+    if init_state is not None:
+        res.append(call.out(g["dh0"], tuple(init_state.shape)))
+    if init_cell is not None:
+        res.append(call.out(g["dc0"], tuple(init_cell.shape)))
+    return res

@@ -585,13 +585,16 @@ def get_program(
     *,
     options: Sequence[str] | None = None,
     source_dir: str | Path | Sequence[str | Path] | None = None,
+    prelude: Sequence[str] = (),
 ) -> Program:
     """The built program of ``source`` (a path relative to ``pyrnn_cl/cl/``, or to
     ``source_dir``) with ``defines`` on ``device`` (anything ``resolve_device`` accepts).
 
     ``defines`` become a sorted ``#define`` block in front of the include-expanded source
-    (:func:`pyrnn_cl.sources.build_source`). Build options are the device profile's plus
-    ``options``. Memoized per (context, device, source, defines, options, source_dir);
+    (:func:`pyrnn_cl.sources.build_source`); the ``prelude`` files are expanded before
+    ``source`` (the engine's cell file, see :mod:`pyrnn_cl.cells`). Build options are the
+    device profile's plus ``options``. Memoized per (context, device, source, prelude,
+    defines, options, source_dir);
     thread-safe (concurrent callers of one key wait for a single build).
 
     Raises :class:`~pyrnn_cl.errors.BuildError` when the compiler rejects the source.
@@ -608,6 +611,7 @@ def get_program(
     memo_key = (
         device.cl_device.int_ptr,
         source,
+        tuple(prelude),
         dir_key,
         tuple(sorted((k, str(v)) for k, v in defines.items())),
         tuple(all_options),
@@ -627,7 +631,7 @@ def get_program(
         if program is not None:
             _count("memo_hits")
             return program
-        text = sources.build_source(source, defines, source_dir)
+        text = sources.build_source(source, defines, source_dir, prelude)
         program = _build(device, source, defines, all_options, text)
         with _memo_lock:
             _memo.setdefault(context, {})[memo_key] = program

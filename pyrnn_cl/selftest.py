@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from . import _selftest_ref as ref
+from .cells import gates
 from .sources import BFLOAT16
 
 __all__ = ["main", "run_checks", "CHECKS"]
@@ -126,7 +127,7 @@ def _mps_final(seq, bidirectional, reverse, H):
 def _mps_check(kind, flags, *, with_w=True, seed=0):
     """A check of rc.single_gate_rnn / lstm / gru and their *_gradients."""
     T, N, I, H = 4, 3, 2, 3
-    G = {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    G = gates(kind)
     bidi = flags.get("bidirectional", False)
     rev = flags.get("reverse", False)
     D = 2 if bidi else 1
@@ -349,7 +350,7 @@ def _cudnn_check(mode, L, D, *, P=0, skip=False, lengths=None, seed=20):
         biases = [r(*s, scale=0.3) for s in bs]
         # params: per pseudo-layer its weights, then its biases (layer 0 has no W_g with
         # skip_input), each flattened row-major
-        G = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}[mode]
+        G = gates(mode)
         params, wi, bi = [], 0, 0
         for layer in range(L):
             for _ in range(D):

@@ -164,12 +164,15 @@ def _line_marker(line: int, name: str) -> str:
     return f'#line {line} "{escaped}"'
 
 
-def expand_includes(name: str, source_dir=None) -> tuple[str, tuple[str, ...]]:
+def expand_includes(name: str, source_dir=None,
+                    prelude: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
     """Expand ``#include "..."`` recursively, each file once, with ``#line`` markers.
 
     Returns ``(text, files)``: the expanded text and the display names of every file used, in
     first-use order. A file already included (or the entry file itself) expands to nothing the
-    second time, like a header with an include guard.
+    second time, like a header with an include guard. ``prelude``: files expanded, in order,
+    before the entry file, as if it included them first (the engine's cell file: a path in
+    the search dirs or an absolute path).
     """
     seen: list[Path] = []
     out: list[str] = []
@@ -191,6 +194,10 @@ def expand_includes(name: str, source_dir=None) -> tuple[str, tuple[str, ...]]:
             expand(target)
             out.append(_line_marker(number + 1, display))
 
+    for first in prelude:
+        path = find_source(first, source_dir)
+        if path not in seen:
+            expand(path)
     expand(find_source(name, source_dir))
     text = "\n".join(out) + "\n"
     return text, tuple(_display_name(p, source_dir) for p in seen)
@@ -229,7 +236,10 @@ def build_source(
     name: str,
     defines: Mapping[str, int | str] | None = None,
     source_dir: str | Path | Sequence[str | Path] | None = None,
+    prelude: Sequence[str] = (),
 ) -> str:
-    """The complete text handed to the OpenCL compiler for entry file ``name``."""
-    body, _ = expand_includes(name, source_dir)
-    return f"/* pyrnn_cl: {name} */\n" + define_block(defines) + body
+    """The complete text handed to the OpenCL compiler for entry file ``name`` (after the
+    ``prelude`` files, see :func:`expand_includes`)."""
+    body, _ = expand_includes(name, source_dir, prelude)
+    title = " + ".join([*(Path(p).name if Path(p).is_absolute() else p for p in prelude), name])
+    return f"/* pyrnn_cl: {title} */\n" + define_block(defines) + body

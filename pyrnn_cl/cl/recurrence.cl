@@ -21,10 +21,98 @@
  * tile) while it streams its contiguous weight slab once. Tunables (devices/<vendor>.py TUNING
  * "recurrence"): REC_VW vector width, REC_NB batch rows per work-item, REC_WG work-items per
  * group along dimension 0 (host only).
+ *
+ * ---- The cell contract ------------------------------------------------------------------------
+ * A cell file (cl/cells/<cell>.cl, or one registered with pyrnn_cl.register_cell) holds only
+ * pointwise maths on vectors of VW units (realV, from common.h, which it includes). It declares
+ *
+ *   CELL_G            gates per unit, 1..4: canonical slots 0..G-1 (the weight blocks GATE_BLK_k)
+ *   CELL_STATES       1 (h) or 2 (h and a cell state c, kept in cs)
+ *   CELL_LATE_GATE    -1, or for a two-phase cell the slot whose value g multiplies h[t-1] in the
+ *                     recurrent product of the last slot L = G-1, which is then read late:
+ *                     gh_L = (h[t-1] . m . g) R_L^T + b_h,L, in a second kernel per step
+ *   CELL_HN_SLOT      -1, or the slot whose recurrent pre-activation hn = (h[t-1] . m) R_k^T
+ *                     + b_h,k cell_bwd needs (recomputed); its hidden-side gradient dgh_k may
+ *                     differ from the input side's dgx_k
+ *   CELL_PEEP_SLOTS   bitmask of the slots a peephole p_k couples to c[t-1] (default 0)
+ *   CELL_PEEP_NEW_C   -1, or the slot whose peephole multiplies the new c[t] instead (default -1)
+ *   CELL_BWD_NEEDS_Y  1: the backward is given y for h[t-1]; 0: the file defines cell_h, which
+ *                     rebuilds h[t] from the saved gates (and c[t])
+ *   CELL_USES_HPREV   1: cell_fwd / cell_bwd use h_prev (a direct path h[t-1] -> h[t], carry_h)
+ *
+ * and defines (a[k] = gx[k] + gh[k] is slot k's pre-activation, m the recurrent-input mask, the
+ * activations ACT_k are defines; sav[k] is what the forward saves of slot k, post-activation or
+ * pre-, the file's choice; the backward returns pre-activation gradients):
+ *
+ *   void cell_fwd(gx[G], gh[G], h_prev, m, c_prev, peep[G], clip, sav[G] out, *h, *c)
+ *       gh[L] is zero in a two-phase cell, which saves slots 0..L-1 and returns in *h the input
+ *       of the late product, h[t-1] . m . g
+ *   void cell_bwd(sav[G], h_prev, m, c_prev, c, hn, peep[G], clip, dh, dc,
+ *                 dgx[G] out, dgh[G] out, *carry_h, *carry_c)
+ *       dh, dc: dL/dh[t] and dL/dc[t]; dgx / dgh: gradients of the input-side / hidden-side
+ *       pre-activations; carry_h / carry_c: dL/dh[t-1] and dL/dc[t-1] not through R
+ *   two-phase cells also:
+ *   void cell_fwd_b(sav[G], gx_L, gh_L, h_prev, *s_L, *h)     slot L and h[t] (sav[0..L-1] given)
+ *   void cell_bwd_b(g, h_prev, m, q, *da_g, *carry_h)       q = dL/d(h[t-1] . m . g): ADDS g's
+ *       path to the late gate's pre-activation gradient *da_g (what cell_bwd wrote there) and
+ *       to *carry_h
+ *   realV cell_h(sav[G], c)   when CELL_BWD_NEEDS_Y is 0
+ *
+ * The host passes its registry's view of the cell as PYRNN_CELL_* defines (pyrnn_cl/cells.py);
+ * every declaration above is checked against it here, so a cell file and its registration that
+ * disagree do not build.
  */
+#include "common.h"
+
 #ifndef CELL_G
 #error "include a cells/<cell>.cl file before recurrence.cl"
 #endif
+#if !defined(CELL_STATES) || !defined(CELL_LATE_GATE) || !defined(CELL_HN_SLOT) || \
+    !defined(CELL_BWD_NEEDS_Y) || !defined(CELL_USES_HPREV)
+#error "a cell file declares CELL_G, CELL_STATES, CELL_LATE_GATE, CELL_HN_SLOT, CELL_BWD_NEEDS_Y and CELL_USES_HPREV"
+#endif
+#ifndef CELL_PEEP_SLOTS
+#define CELL_PEEP_SLOTS 0
+#endif
+#ifndef CELL_PEEP_NEW_C
+#define CELL_PEEP_NEW_C -1
+#endif
+#if CELL_G < 1 || CELL_G > 4
+#error "cell contract: CELL_G must be 1..4"
+#endif
+#if CELL_STATES != 1 && CELL_STATES != 2
+#error "cell contract: CELL_STATES must be 1 or 2"
+#endif
+#if CELL_LATE_GATE >= CELL_G - 1 || (CELL_LATE_GATE >= 0 && CELL_HN_SLOT >= 0)
+#error "cell contract: CELL_LATE_GATE must precede the last slot, and excludes CELL_HN_SLOT"
+#endif
+#ifdef PYRNN_CELL_G
+#if CELL_G != PYRNN_CELL_G
+#error "cell file and cell registry disagree: gate count (CELL_G)"
+#endif
+#if CELL_STATES != PYRNN_CELL_STATES
+#error "cell file and cell registry disagree: state count (CELL_STATES)"
+#endif
+#if CELL_LATE_GATE != PYRNN_CELL_LATE_GATE
+#error "cell file and cell registry disagree: two-phase late gate (CELL_LATE_GATE)"
+#endif
+#if CELL_HN_SLOT != PYRNN_CELL_HN_SLOT
+#error "cell file and cell registry disagree: hn slot (CELL_HN_SLOT)"
+#endif
+#if CELL_PEEP_SLOTS != PYRNN_CELL_PEEP_SLOTS || CELL_PEEP_NEW_C != PYRNN_CELL_PEEP_NEW_C
+#error "cell file and cell registry disagree: peephole slots (CELL_PEEP_SLOTS, CELL_PEEP_NEW_C)"
+#endif
+#if CELL_BWD_NEEDS_Y != PYRNN_CELL_BWD_NEEDS_Y
+#error "cell file and cell registry disagree: whether the backward needs y (CELL_BWD_NEEDS_Y)"
+#endif
+#endif
+
+/* Derived: gates whose recurrent product the first fused kernel computes (all but the late slot
+ * of a two-phase cell), a cell state, cell_h available, hn needed. */
+#define CELL_GA (CELL_LATE_GATE >= 0 ? CELL_G - 1 : CELL_G)
+#define CELL_HAS_C (CELL_STATES == 2)
+#define CELL_H_SAVED (!CELL_BWD_NEEDS_Y)
+#define CELL_NEEDS_HN (CELL_HN_SLOT >= 0)
 
 #ifndef REC_NB
 #define REC_NB 4            /* batch rows per work-item */
@@ -386,7 +474,8 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
 }
 
 #if CELL_GA < CELL_G
-/* Second kernel of a two-phase step (GRU reset-before): the o gate from (h[t-1] . r . m) R_o^T. */
+/* Second kernel of a two-phase step (e.g. GRU reset-before): the late slot L (o) from
+ * (h[t-1] . m . g) R_L^T, g the late gate (r). */
 __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
                           __global real *gx, __global const real *rpk, __global const real *hb,
                           __global real *y, __global const real *hs,
@@ -427,9 +516,10 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
 #if HAS_HB
         gh_o += LOADV(hb + d * GH + blk_o);
 #endif
-        realV o, h;
-        cell_fwd_b(LOADV(gx + g_off + blk_o), gh_o, LOADV(hrow[b] + j),
-                   LOADV(gx + g_off + gate_blk(0) * H + j), &o, &h);
+        realV sv[CELL_G], o, h;
+        for (int k = 0; k < CELL_G; ++k)
+            sv[k] = k < CELL_GA ? LOADV(gx + g_off + gate_blk(k) * H + j) : VZERO;
+        cell_fwd_b(sv, LOADV(gx + g_off + blk_o), gh_o, LOADV(hrow[b] + j), &o, &h);
         STOREV(o, gx + g_off + blk_o);
         STOREV(h, y + seq_off(t, n, d, N, D, H) + j);
     }
@@ -597,8 +687,8 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #elif CELL_GA == CELL_G
     column_product(acc, src, 0, slab, GH);
 #else
-    /* z and r of a two-phase GRU (the o gate's gradient reaches h[t-1] through r in pyrnn_bwd_b
-     * and carry_h) */
+    /* the slots before the late one of a two-phase cell (the late slot's gradient reaches h[t-1]
+     * through the late gate in pyrnn_bwd_b and carry_h) */
     for (int k = 0; k < CELL_GA; ++k)
         column_product(acc, src, gate_blk(k) * H, slab + (long)gate_blk(k) * H * REC_VW, H);
 #endif
@@ -618,8 +708,8 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     realV hn[REC_NB][CELL_G];
     for (int b = 0; b < REC_NB; ++b) hn[b][0] = VZERO;
     if (s >= 0)
-        packed_product(hn, hrow, mrows,
-                       rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW, K, 2, 1, 1);
+        packed_product(hn, hrow, mrows, rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW,
+                       K, CELL_HN_SLOT, 1, 1);
 #endif
 
     for (int b = 0; b < REC_NB; ++b) {
@@ -700,7 +790,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #if CELL_NEEDS_HN
         realV hnv = hn[b][0];
 #if HAS_HB
-        hnv += LOADV(hb + d * GH + gate_blk(2) * H + j);
+        hnv += LOADV(hb + d * GH + gate_blk(CELL_HN_SLOT) * H + j);
 #endif
 #else
         const realV hnv = VZERO;
@@ -737,8 +827,8 @@ __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, 
 }
 
 #if CELL_GA < CELL_G
-/* Second backward kernel of a two-phase GRU step: q = dgh_o R_o gives the r gradient and the
- * h[t-1] . r . m path of carry_h. */
+/* Second backward kernel of a two-phase step: q = dgh_L R_L gives the late gate's share of its
+ * gradient (added to what pyrnn_bwd wrote) and the h[t-1] . m . g path of carry_h. */
 __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
                           __global const real *sav, __global real *dgx, __global real *dgh,
                           __global const real *rt, __global const real *zrow,
@@ -777,8 +867,8 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 #endif
         const long g_off = seq_off(t, n, d, N, D, GH), c_off = ring_off(t, n, d, N, D, H);
         const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
-        const int blk_r = gate_blk(1) * H + j;
-        realV da_r, ch = LOADV(carry_h + c_off + j);
+        const int blk_r = gate_blk(CELL_LATE_GATE) * H + j;
+        realV da_r = LOADV(dgx + gc_off + blk_r), ch = LOADV(carry_h + c_off + j);
         cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
         STOREV(da_r, dgx + gc_off + blk_r);
         STOREV(da_r, dgh + gc_off + blk_r);
@@ -887,15 +977,16 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
     }
     STOREV(v, hin + seq_off(i, n, d, N, D, K) + k);
 #if CELL_GA < CELL_G
-    STOREV(v * LOADV(sav + seq_off(t, n, d, N, D, CELL_G * K) + gate_blk(1) * K + k),
+    STOREV(v * LOADV(sav + seq_off(t, n, d, N, D, CELL_G * K) + gate_blk(CELL_LATE_GATE) * K + k),
            hr + seq_off(i, n, d, N, D, K) + k);
 #endif
 }
 
 #if HAS_PEEP
 /* Peephole gradients: dpeep[d][blk_k*H + j] = beta * dpeep + the sum over valid (t, n) of the
- * steps s_lo .. s_hi-1 of da_k . c, with c = c[t-1] (c[t] for TensorFlow's output gate) and da_k
- * from the chunk buffer dgx. Global size (H, CELL_G, D). */
+ * steps s_lo .. s_hi-1 of da_k . c, with c = c[t-1] for the slots of CELL_PEEP_SLOTS, c[t] for
+ * CELL_PEEP_NEW_C (TensorFlow's output gate), 0 for the others, and da_k from the chunk buffer
+ * dgx. Global size (H, CELL_G, D). */
 __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int rev_mask,
                               const int s_lo, const int s_hi, const real beta,
                               __global const real *dgx, __global const real *cs,
@@ -912,10 +1003,8 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
         for (int t = t0; t < min(t1, len); ++t) {
             const int tp = prev_time(t, rev, len, T);
             real c = tp >= 0 ? cs[seq_off(tp, n, d, N, D, H) + j] : c0[d * c0_sd + n * c0_sn + j];
-#if LSTM_PEEP == 2
-            if (k == 3) c = cs[seq_off(t, n, d, N, D, H) + j];
-            if (k == 2) c = 0;
-#endif
+            if (k == CELL_PEEP_NEW_C) c = cs[seq_off(t, n, d, N, D, H) + j];
+            else if (!((CELL_PEEP_SLOTS >> k) & 1)) c = 0;
             acc += dgx[chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH) + blk] * c;
         }
     }

@@ -6,7 +6,8 @@
  *       hn = (h[t-1] . m) R_o^T + b_h,o          o = f_o(gx_o + r . hn)
  *   GRU_RESET_AFTER 0 (TF GRUBlockCell, Keras reset_after=False):
  *       o = f_o(gx_o + (h[t-1] . r . m) R_o^T + b_h,o)
- *       -- needs all of r before the o-gate product: two fused kernels per step (CELL_GA = 2).
+ *       -- needs all of r before the o-gate product: two fused kernels per step (a two-phase
+ *       cell: CELL_LATE_GATE = r, o read late).
  *   GRU_FLIP_Z 1: h[t] = z . h[t-1] + (1 - z) . o   (cuDNN/PyTorch/TF)
  *   GRU_FLIP_Z 0: h[t] = (1 - z) . h[t-1] + z . o   (MPSGraph flipZ = NO)
  *
@@ -31,16 +32,17 @@
 #define ACT_2 ACT_TANH
 #endif
 
+/* the cell contract (recurrence.cl) */
 #define CELL_G 3
-#define CELL_HAS_C 0
+#define CELL_STATES 1
 #define CELL_USES_HPREV 1
-#define CELL_H_SAVED 0      /* h[t] needs h[t-1]: the backward is given y */
+#define CELL_BWD_NEEDS_Y 1  /* h[t] needs h[t-1]: the backward is given y */
 #if GRU_RESET_AFTER
-#define CELL_GA 3
-#define CELL_NEEDS_HN 1
+#define CELL_LATE_GATE -1
+#define CELL_HN_SLOT 2      /* cell_bwd needs hn = (h[t-1] . m) R_o^T + b_h,o */
 #else
-#define CELL_GA 2           /* z and r first; o in the second kernel (cell_fwd_b) */
-#define CELL_NEEDS_HN 0
+#define CELL_LATE_GATE 1    /* z and r first; o, from h[t-1] . r . m, in cell_fwd_b */
+#define CELL_HN_SLOT -1
 #endif
 
 /* h[t] from z, h[t-1], o and the three partial derivatives of that update. */
@@ -89,10 +91,11 @@ PYRNN_FUNC void cell_fwd(const realV gx[CELL_G], const realV gh[CELL_G], realV h
 
 #if !GRU_RESET_AFTER
 /* Second kernel of a reset-before step: gh_o = (h[t-1] . r . m) R_o^T + b_h,o. */
-PYRNN_FUNC void cell_fwd_b(realV gx_o, realV gh_o, realV h_prev, realV z, realV *o, realV *h)
+PYRNN_FUNC void cell_fwd_b(const realV sav[CELL_G], realV gx_o, realV gh_o, realV h_prev,
+                           realV *o, realV *h)
 {
     *o = pyrnn_act(ACT_2, gx_o + gh_o);
-    *h = gru_update(z, h_prev, *o);
+    *h = gru_update(sav[0], h_prev, *o);
 }
 #endif
 
@@ -124,10 +127,11 @@ PYRNN_FUNC void cell_bwd(const realV sav[CELL_G], realV h_prev, realV m, realV c
 
 #if !GRU_RESET_AFTER
 /* Second backward kernel of a reset-before step: q = dgh_o R_o (gradient of h[t-1] . r . m).
- * Returns the r pre-activation gradient and adds q . r . m to the direct carry. */
+ * Adds r's path to its pre-activation gradient (zero from cell_bwd) and q . r . m to the direct
+ * carry. */
 PYRNN_FUNC void cell_bwd_b(realV r, realV h_prev, realV m, realV q, realV *da_r, realV *carry_h)
 {
-    *da_r = q * h_prev * m * pyrnn_dact(ACT_1, r);
+    *da_r += q * h_prev * m * pyrnn_dact(ACT_1, r);
     *carry_h += q * r * m;
 }
 #endif

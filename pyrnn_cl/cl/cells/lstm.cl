@@ -15,12 +15,13 @@
  */
 #include "../common.h"
 
+/* the cell contract (recurrence.cl) */
 #define CELL_G 4
-#define CELL_GA 4
-#define CELL_HAS_C 1
+#define CELL_STATES 2        /* h and c */
+#define CELL_LATE_GATE -1
+#define CELL_HN_SLOT -1
 #define CELL_USES_HPREV 0
-#define CELL_NEEDS_HN 0
-#define CELL_H_SAVED 1       /* h[t] follows from the saved gates and c[t]: cell_h */
+#define CELL_BWD_NEEDS_Y 0   /* h[t] follows from the saved gates and c[t]: cell_h */
 
 #ifndef ACT_0
 #define ACT_0 ACT_SIGMOID
@@ -42,6 +43,19 @@
 #endif
 #ifndef LSTM_CLIP
 #define LSTM_CLIP 0         /* 1: clamp c[t] to [-clip, clip] */
+#endif
+
+/* peephole roles: MPSGraph couples every gate to c[t-1]; TensorFlow i and f to c[t-1], o to the
+ * new c[t], g to nothing */
+#if LSTM_PEEP == 1
+#define CELL_PEEP_SLOTS 0xF
+#define CELL_PEEP_NEW_C -1
+#elif LSTM_PEEP == 2
+#define CELL_PEEP_SLOTS 0xB
+#define CELL_PEEP_NEW_C 3
+#else
+#define CELL_PEEP_SLOTS 0
+#define CELL_PEEP_NEW_C -1
 #endif
 
 PYRNN_FUNC void cell_fwd(const realV gx[CELL_G], const realV gh[CELL_G], realV h_prev, realV m,

@@ -8,12 +8,13 @@
  */
 #include "../common.h"
 
+/* the cell contract (recurrence.cl) */
 #define CELL_G 1            /* gates per hidden unit */
-#define CELL_GA 1           /* gates whose recurrent product the first fused kernel computes */
-#define CELL_HAS_C 0        /* no cell state */
+#define CELL_STATES 1       /* no cell state */
+#define CELL_LATE_GATE -1   /* one phase */
+#define CELL_HN_SLOT -1
 #define CELL_USES_HPREV 0   /* h[t-1] only enters through the recurrent product */
-#define CELL_NEEDS_HN 0
-#define CELL_H_SAVED 1      /* h[t] follows from the saved pre-activation: cell_h */
+#define CELL_BWD_NEEDS_Y 0  /* h[t] follows from the saved pre-activation: cell_h */
 
 #ifndef ACT_0
 #define ACT_0 ACT_RELU

@@ -1,3 +1,0 @@
-/* Program: the gru cell followed by the generic recurrence engine. */
-#include "cells/gru.cl"
-#include "recurrence.cl"
