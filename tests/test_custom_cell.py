@@ -15,9 +15,7 @@ state nonzero.
 
 from __future__ import annotations
 
-import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -27,8 +25,7 @@ from pyrnn_cl import mps as rc
 from pyrnn_cl.cells import register_cell
 from pyrnn_cl.errors import BuildError
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import needs_fp64, override_tuning  # noqa: E402
+from helpers.device import needs_fp64, override_tuning
 
 HERE = pathlib.Path(__file__).resolve().parent
 MGU = register_cell("mgu", HERE / "mgu.cl", gates=2, slots=("f", "n"),

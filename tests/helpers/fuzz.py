@@ -62,6 +62,7 @@ import numpy as np
 
 import pyrnn_cl as rc
 from pyrnn_cl import layout as _layout
+from pyrnn_cl.cells import gates
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError
 
 #: The checkout (the worker subprocess finds pyrnn_cl there when it is not installed).
@@ -164,7 +165,6 @@ _DESC_BOOLS = {k: tuple(f.name for f in dataclasses.fields(d) if f.type in ("boo
                for k, d in _DESC.items()}
 _DESC_ACTS = {k: tuple(f.name for f in dataclasses.fields(d) if f.name.endswith("activation"))
               for k, d in _DESC.items()}
-_G = {"rnn": 1, "lstm": 4, "gru": 3, "rnn_relu": 1, "rnn_tanh": 1}
 
 #: Shapes of the array arguments, by dialect and name, in the dialect's size symbols (T, N, I,
 #: H; D directions, G gates, L layers, R = projection or H, S = params size, W = width of the
@@ -247,7 +247,7 @@ def _config(rng, dialect, params):
         kind = "lstm" if "init_cell" in params else "gru" if "secondary_bias" in params else "rnn"
         D = int(rng.integers(1, 3))
         with_w = bool(rng.integers(0, 2))
-        return dict(kind=kind, T=T, N=N, I=I, H=H, D=D, G=_G[kind], with_w=with_w,
+        return dict(kind=kind, T=T, N=N, I=I, H=H, D=D, G=gates(kind), with_w=with_w,
                     W="I" if with_w else "D*G*H")
     if dialect == "tf":
         return dict(T=T, N=N, I=I, H=H, seq="seq_len_max" in params)
@@ -258,7 +258,7 @@ def _config(rng, dialect, params):
     imode = ("linear_input", "skip_input", "auto_select")[int(rng.integers(0, 3))]
     if imode == "skip_input":
         I = H
-    c = dict(mode=mode, L=L, D=D, T=T, N=N, I=I, H=H, P=P, R=P or H, G=_G[mode], imode=imode,
+    c = dict(mode=mode, L=L, D=D, T=T, N=N, I=I, H=H, P=P, R=P or H, G=gates(mode), imode=imode,
              tm=bool(rng.integers(0, 2)))
     c["kw"] = dict(rnn_mode=mode, input_mode=imode, num_proj=P,
                    direction="bidirectional" if D == 2 else "unidirectional")
