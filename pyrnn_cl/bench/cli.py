@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from .configs import QUICK, _resolve_configs, _storage_dtype, _tiers
+from .configs import QUICK, _resolve_configs, _shape_help, _storage_dtype, _tiers
 from .machine import pin_pocl_workers
 from .report import format_table, write_png
 from .run import run_bench
@@ -23,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
                     "PyTorch (same run, same thread count).")
     p.add_argument("--configs", metavar="NAMES", action="append",
                    help="comma-separated configuration names (repeatable); default: all. "
-                        "Known: " + ", ".join(c.name for c in cpu))
+                        "Known: " + ", ".join(c.name for c in cpu) + "; or " + _shape_help()
+                        + ", e.g. lstm:256x256x32x50")
     p.add_argument("--tier", choices=("cpu", "gpu"), default="cpu",
                    help="configuration set when --configs is not given: the CPU tier (default) "
                         "or the GPU tier of performance.md §6.3 (" + str(len(gpu))

@@ -1,9 +1,10 @@
 """The benchmark networks: :class:`BenchConfig` (sizes and FLOP counts), the CPU and GPU tiers
-(:data:`CONFIGS`, :data:`GPU_CONFIGS`, :data:`QUICK`), name resolution, and the storage dtypes
-a run accepts (``--dtype``)."""
+(:data:`CONFIGS`, :data:`GPU_CONFIGS`, :data:`QUICK`), name resolution (names, or a shape
+:data:`SHAPE_SPEC`), and the storage dtypes a run accepts (``--dtype``)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
@@ -101,6 +102,28 @@ def _tiers() -> tuple[tuple[BenchConfig, ...], tuple[BenchConfig, ...]]:
     return (getattr(package, "CONFIGS", CONFIGS), getattr(package, "GPU_CONFIGS", GPU_CONFIGS))
 
 
+#: An ad-hoc configuration by shape: ``CELL:HxIxNxT``, one unidirectional layer (e.g.
+#: ``lstm:256x256x32x50``).
+SHAPE_SPEC = "CELL:HxIxNxT"
+_SHAPE = re.compile(r"([a-z_]+):(\d+)x(\d+)x(\d+)x(\d+)")
+
+
+def _shape_config(spec: str) -> BenchConfig | None:
+    """The one-layer :class:`BenchConfig` of a :data:`SHAPE_SPEC` string, or ``None``."""
+    m = _SHAPE.fullmatch(spec)
+    if m is None or m.group(1) not in _GATES:
+        return None
+    H, I, N, T = (int(v) for v in m.groups()[1:])
+    if min(H, I, N, T) < 1:
+        return None
+    return BenchConfig(spec, m.group(1), H, I, N, T, why="shape given on the command line")
+
+
+def _shape_help() -> str:
+    """How :data:`SHAPE_SPEC` reads, for messages and ``--help``."""
+    return f"a shape {SHAPE_SPEC} (one layer; CELL: {', '.join(_GATES)})"
+
+
 def _resolve_configs(configs) -> list[BenchConfig]:
     cpu, gpu = _tiers()
     by_name = {c.name: c for c in cpu + gpu}
@@ -110,9 +133,11 @@ def _resolve_configs(configs) -> list[BenchConfig]:
             out.append(c)
         elif c in by_name:
             out.append(by_name[c])
+        elif (shaped := _shape_config(c)) is not None:
+            out.append(shaped)
         else:
             raise ValueError(f"configs: unknown configuration {c!r}; known: "
-                             f"{', '.join(by_name)}")
+                             f"{', '.join(by_name)}; or {_shape_help()}")
     return out
 
 
