@@ -1,4 +1,4 @@
-"""Smoke tests of ``pyrnn-cl bench`` (pyrnn_cl/bench.py): result structure, FLOP counts,
+"""Smoke tests of ``pyrnn-cl bench`` (pyrnn_cl/bench/): result structure, FLOP counts,
 weight mapping to PyTorch (the forward outputs must agree), command-line options.
 
 No timing assertions: the numbers depend on the machine and its load.

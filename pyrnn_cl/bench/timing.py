@@ -1,0 +1,97 @@
+"""Timing: turns of timed calls (:func:`_timed_blocks`), their statistics and rates, and the
+progress bar."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+from .configs import BenchConfig
+
+TIMING_NOTE = ("one repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
+               "turns (two untimed calls, then a block of timed calls back to back); ratio = "
+               "torch time / our time from the medians (>1: pyrnn_cl faster)")
+
+
+#: Untimed calls that open each turn of :func:`_timed_blocks`.
+TURN_WARMUP = 2
+
+
+def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
+    """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then turns
+    that alternate between the callables until each has ``repeat`` timings. A turn is
+    :data:`TURN_WARMUP` untimed calls followed by ``block`` timed calls back to back, as in a
+    training loop; alternating turns spread a drifting background load over both sides.
+
+    The untimed calls matter on a small CPU: right after the other side's turn, the first one
+    or two calls of either side were measured up to 2x slower, which says nothing about either
+    implementation (likely causes, not isolated: the other side's threads still spinning -
+    libgomp's OpenMP workers spin after a parallel region - and this side's pool asleep).
+    ``block = 0``: single timed calls round-robin, no untimed calls."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    while any(len(v) < repeat for v in times.values()):
+        for name, fn in fns.items():
+            todo = min(max(block, 1), repeat - len(times[name]))
+            if todo <= 0:
+                continue
+            for _ in range(TURN_WARMUP if block else 0):
+                fn()
+            for _ in range(todo):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def _stats(times: list[float]) -> dict:
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "all_ms": [t * 1e3 for t in times]}
+
+
+def _rates(cfg: BenchConfig, fwd: dict, fb: dict, sgemm: float) -> dict:
+    f, r = cfg.flops_forward(), cfg.flops_recurrent()
+    tf, tb = fwd["median_ms"] * 1e-3, fb["median_ms"] * 1e-3
+    return {
+        "us_per_step_fwd": tf / cfg.T * 1e6,
+        "us_per_step_fwd_bwd": tb / cfg.T * 1e6,
+        "gflops_fwd": f / tf / 1e9,
+        "gflops_fwd_bwd": 3 * f / tb / 1e9,
+        "gflops_rec_fwd": r / tf / 1e9,
+        "pct_sgemm_fwd": 100 * f / tf / 1e9 / sgemm if sgemm else None,
+        "pct_sgemm_fwd_bwd": 100 * 3 * f / tb / 1e9 / sgemm if sgemm else None,
+    }
+
+
+class _Progress:
+    """tqdm when importable, else one stderr line per step."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.bar = total, 0, None
+        self.enabled = enabled
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="config", file=sys.stderr, leave=False)
+            except ImportError:
+                pass
+
+    def start(self, name: str):
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_description(name)
+        else:
+            print(f"[{self.done + 1}/{self.total}] {name} ...", file=sys.stderr, flush=True)
+
+    def step(self):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
