@@ -45,6 +45,18 @@ def test_config_names_unique_and_quick_known():
         bench.run_bench(["no-such-config"], compare_torch=False)
 
 
+def test_configs_by_shape():
+    """``CELL:HxIxNxT`` names a one-layer configuration; anything else is refused with the
+    accepted forms named."""
+    (cfg,) = bench._resolve_configs(["gru:13x7x5x3"])
+    assert (cfg.cell, cfg.H, cfg.I, cfg.N, cfg.T, cfg.layers, cfg.directions) == (
+        "gru", 13, 7, 5, 3, 1, 1)
+    assert cfg.G == 3 and bench._resolve_configs(["rnn_relu:4x4x1x1"])[0].G == 1
+    for bad in ("tanh:4x4x1x1", "lstm:4x4x1", "lstm:0x4x1x1", "lstm:4x4x1x1x1"):
+        with pytest.raises(ValueError, match="CELL:HxIxNxT"):
+            bench._resolve_configs([bad])
+
+
 def test_gpu_tier_configs():
     """The GPU tier (performance.md §6.3) resolves by name and is listed; names are unique."""
     names = [c.name for c in bench.CONFIGS + bench.GPU_CONFIGS]
