@@ -11,15 +11,38 @@ The device layer is :mod:`pyrnn_cl.devices` (also ``pyrnn_cl.devices`` right aft
 
 from . import devices
 from ._version import __version__
-from .cudnn import (cudnn_rnn, cudnn_rnn_backprop, cudnn_rnn_canonical_to_params,
-                    cudnn_rnn_params_size, cudnn_rnn_params_to_canonical,
-                    cudnn_rnn_reserve_space_size)
+from .cudnn import (
+                    cudnn_rnn,
+                    cudnn_rnn_backprop,
+                    cudnn_rnn_canonical_to_params,
+                    cudnn_rnn_params_size,
+                    cudnn_rnn_params_to_canonical,
+                    cudnn_rnn_reserve_space_size,
+)
 from .errors import BuildError, DeviceNotFoundError, ShapeError, UnsupportedError
-from .mps import (GRUDescriptor, LSTMDescriptor, SingleGateRNNDescriptor, gru, gru_gradients,
-                  lstm, lstm_gradients, single_gate_rnn, single_gate_rnn_gradients)
-from .tf_ops import (block_lstm, block_lstm_grad, block_lstm_grad_v2, block_lstm_v2,
-                     gru_block_cell, gru_block_cell_grad, gru_block_cell_weight_grads,
-                     lstm_block_cell, lstm_block_cell_grad, lstm_block_cell_weight_grads)
+from .mps import (
+                    GRUDescriptor,
+                    LSTMDescriptor,
+                    SingleGateRNNDescriptor,
+                    gru,
+                    gru_gradients,
+                    lstm,
+                    lstm_gradients,
+                    single_gate_rnn,
+                    single_gate_rnn_gradients,
+)
+from .tf_ops import (
+                    block_lstm,
+                    block_lstm_grad,
+                    block_lstm_grad_v2,
+                    block_lstm_v2,
+                    gru_block_cell,
+                    gru_block_cell_grad,
+                    gru_block_cell_weight_grads,
+                    lstm_block_cell,
+                    lstm_block_cell_grad,
+                    lstm_block_cell_weight_grads,
+)
 
 __all__ = [
     "__version__", "devices", "BuildError", "DeviceNotFoundError", "ShapeError",

@@ -123,7 +123,7 @@ def _split_canonical(weights, biases, G, H, I, L, D, P):
     weights, biases = list(weights), list(biases)
     out, iw, ib = [], 0, 0
     for l in range(L):
-        for d in range(D):
+        for _d in range(D):
             wsh, bsh = _layer_shapes(G, H, I if l == 0 else D * (P or H), P)
             if iw + len(wsh) > len(weights) or ib + len(bsh) > len(biases):
                 raise ShapeError(f"weights/biases: got {len(weights)} weights and "

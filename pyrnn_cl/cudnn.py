@@ -41,15 +41,33 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import engine
-from ._arrays import (Call, check_bool, check_choice, check_float, check_in_order, check_int,
-                      check_rank, check_shape, common_dtype, is_array, sub_array)
+from ._arrays import (
+    Call,
+    check_bool,
+    check_choice,
+    check_float,
+    check_in_order,
+    check_int,
+    check_rank,
+    check_shape,
+    common_dtype,
+    is_array,
+    sub_array,
+)
 from ._lifecycle import entry_point
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
 from .gemm import gemm
-from .layout import (DIRECTIONS, HOST_RESERVED_SIZE, INPUT_MODES, RNN_MODES, host_signature,
-                     make_layout, swap01_strides)
+from .layout import (
+    DIRECTIONS,
+    HOST_RESERVED_SIZE,
+    INPUT_MODES,
+    RNN_MODES,
+    host_signature,
+    make_layout,
+    swap01_strides,
+)
 from .programs import enqueue, get_program, set_args
 from .sources import compute_dtype, dtype_code
 
@@ -144,7 +162,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
         check_shape(name, a, shape)
     if isinstance(named[0][1], np.ndarray):
         params = np.empty(lay.size, dtype)
-        for _, a, off, shape in named:
+        for _, a, off, _shape in named:
             host = a.get() if isinstance(a, cla.Array) else a
             params[off:off + host.size] = np.asarray(host).reshape(-1)
         return params

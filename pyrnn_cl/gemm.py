@@ -76,7 +76,7 @@ _SIGNATURES = {
 _ARG_DTYPES = {"i": np.dtype(np.int32), "l": np.dtype(np.int64)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _arg_dtypes(name: str, code: int) -> tuple:
     """The argument types of kernel ``name`` for dtype ``code`` (from :data:`_SIGNATURES`)."""
     real = np.dtype(np.float32 if code == 1 else np.float64)

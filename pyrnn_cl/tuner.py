@@ -510,7 +510,7 @@ def format_results(device, results, path) -> str:
                      f"{len(r.failed)} failed to build or run)")
         if r.changed:
             lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(r.changed.items())))
-        for values, why in r.rejected[:3]:
+        for _values, why in r.rejected[:3]:
             lines.append(f"    rejected: {why}")
     if path is not None:
         lines.append(f"Saved to {path}")

@@ -11,7 +11,6 @@ import pytest
 
 import pyrnn_cl as rc
 from pyrnn_cl import convert as cv
-
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import onnx_ref as O
@@ -375,7 +374,7 @@ def test_onnx_reference_against_torch():
         m = _torch_model(torch, cls, dict(num_layers=1))
         sd = {k: v.numpy() for k, v in m.state_dict().items()}
 
-        def onnx_blocks(a):
+        def onnx_blocks(a, order=order):
             return np.concatenate([a.reshape(len(order), H, -1)[k] for k in order]).reshape(
                 a.shape)
 

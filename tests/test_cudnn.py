@@ -27,11 +27,10 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-from pyrnn_cl.programs import get_program
-
 from helpers.compare import F32_TOL, F64_TOL
 from helpers.cudnn import H_, I_, N_, P_, T_, assert_rel, cast, fwd_bwd, problem, rel, upstream
 from helpers.device import needs_fp64
+from pyrnn_cl.programs import get_program
 from reference import cudnn_ref as ref
 from reference import fd
 
@@ -59,7 +58,7 @@ def _torch_to_canonical(m, G, grad=False):
     W, B = [], []
     for l in range(m.num_layers):
         for sfx in ([""] if not m.bidirectional else ["", "_reverse"]):
-            def p(n):
+            def p(n, l=l, sfx=sfx):
                 t = getattr(m, f"{n}_l{l}{sfx}")
                 return (t.grad if grad else t).detach().numpy()
             W += list(np.split(p("weight_ih"), G)) + list(np.split(p("weight_hh"), G))

@@ -20,12 +20,11 @@ import pathlib
 import numpy as np
 import pytest
 
+from helpers.device import needs_fp64, override_tuning
 from pyrnn_cl import engine
 from pyrnn_cl import mps as rc
 from pyrnn_cl.cells import register_cell
 from pyrnn_cl.errors import BuildError
-
-from helpers.device import needs_fp64, override_tuning
 
 HERE = pathlib.Path(__file__).resolve().parent
 MGU = register_cell("mgu", HERE / "mgu.cl", gates=2, slots=("f", "n"),

@@ -57,8 +57,9 @@ def _worker(rank, port, out_dir, compiled):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        import pyrnn_cl.torch as rt
         from torch.nn.parallel import DistributedDataParallel as DDP
+
+        import pyrnn_cl.torch as rt
 
         torch.manual_seed(0)          # same initial weights on every rank (DDP broadcasts too)
         net = Net(rt.LSTM)

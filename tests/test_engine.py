@@ -24,14 +24,13 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-from pyrnn_cl import engine
-from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
-from pyrnn_cl.programs import launch_count
-
 from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
 from helpers.device import needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
+from pyrnn_cl import engine
+from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
+from pyrnn_cl.programs import launch_count
 from reference import mps_ref as M
 
 #: The cells of these tests: configurations shared with test_mps (helpers.mps: programs reused).

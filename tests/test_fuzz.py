@@ -30,7 +30,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pyrnn_cl as rc
-
 from helpers import fuzz as FZ
 from helpers.device import needs_fp64
 from reference import cudnn_ref as C

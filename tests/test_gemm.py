@@ -11,10 +11,10 @@ import pytest
 cl = pytest.importorskip("pyopencl")
 cla = pytest.importorskip("pyopencl.array")
 
+import pyrnn_cl.gemm as gemm_module  # noqa: E402
 from pyrnn_cl import programs  # noqa: E402
 from pyrnn_cl.devices import Device, get_device  # noqa: E402
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
-import pyrnn_cl.gemm as gemm_module  # noqa: E402
 from pyrnn_cl.gemm import gemm, sum_rows  # noqa: E402
 from pyrnn_cl.tuning import derive  # noqa: E402
 
@@ -314,7 +314,7 @@ def test_out_of_order_queue(dev, monkeypatch):
     rng = np.random.default_rng(11)
     m, n, k = 45, 70, 33
     results = []
-    for i in range(4):
+    for _i in range(4):
         A = rng.standard_normal((k, m)).astype(np.float32)
         B = rng.standard_normal((n, k)).astype(np.float32)
         a = cla.to_device(queue, A)

@@ -27,11 +27,17 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-from pyrnn_cl import _arrays
-
 from helpers import shapes as S
-from helpers.mps import (activated_z, default_flags, desc_of, grad_names, lib_gradients,
-                         ref_gradients, training_desc)
+from helpers.mps import (
+    activated_z,
+    default_flags,
+    desc_of,
+    grad_names,
+    lib_gradients,
+    ref_gradients,
+    training_desc,
+)
+from pyrnn_cl import _arrays
 from reference import cudnn_ref as CR
 from reference import mps_ref as M
 from reference import tf_ref as TR
@@ -507,7 +513,7 @@ def test_not_less_accurate_than_torch_float16(device, T):
     W, B = [], []
     for layer in range(L):
         for sfx in ("", "_reverse"):
-            def p(n):
+            def p(n, layer=layer, sfx=sfx):
                 return getattr(m, f"{n}_l{layer}{sfx}").detach().numpy()
             W += list(np.split(p("weight_ih"), 4)) + list(np.split(p("weight_hh"), 4))
             B += list(np.split(p("bias_ih"), 4)) + list(np.split(p("bias_hh"), 4))
@@ -534,7 +540,7 @@ def test_not_less_accurate_than_torch_float16(device, T):
     gW, gB = [], []
     for layer in range(L):
         for sfx in ("", "_reverse"):
-            def g(n):
+            def g(n, layer=layer, sfx=sfx):
                 return getattr(m, f"{n}_l{layer}{sfx}").grad.numpy()
             gW += list(np.split(g("weight_ih"), 4)) + list(np.split(g("weight_hh"), 4))
             gB += list(np.split(g("bias_ih"), 4)) + list(np.split(g("bias_hh"), 4))

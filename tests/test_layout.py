@@ -14,7 +14,6 @@ import pytest
 
 import pyrnn_cl as rc
 from pyrnn_cl import layout as LY
-
 from reference import cudnn_ref as ref
 
 MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")

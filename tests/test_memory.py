@@ -18,7 +18,6 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-
 from helpers import mps as TM
 from helpers import shapes as S
 from helpers.device import override_tuning, track_device_arrays

@@ -36,14 +36,27 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-
 from helpers import shapes as S
 from helpers.compare import F32, F64, FD_TOL, MAX_ERR, assert_close
 from helpers.device import needs_fp64
-from helpers.mps import (ACTS, GRU_MATRIX, KINDS, LSTM_ACTS, activated_z,
-                         check_against_reference, default_flags, desc_of, forward, grad_names,
-                         gru_flags, gru_id, lib_gradients, ref_gradients, training_desc,
-                         upstream)
+from helpers.mps import (
+    ACTS,
+    GRU_MATRIX,
+    KINDS,
+    LSTM_ACTS,
+    activated_z,
+    check_against_reference,
+    default_flags,
+    desc_of,
+    forward,
+    grad_names,
+    gru_flags,
+    gru_id,
+    lib_gradients,
+    ref_gradients,
+    training_desc,
+    upstream,
+)
 from reference import fd
 from reference import mps_ref as M
 

@@ -10,8 +10,8 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import threading
+import time
 from pathlib import Path
 
 import numpy as np

@@ -612,7 +612,7 @@ def _torch_to_canonical(m, G, attr=lambda p: p):
     W, B = [], []
     for l in range(m.num_layers):
         for s in _sfx(m.bidirectional):
-            p = lambda n: attr(getattr(m, f"{n}_l{l}{s}")).detach().numpy()  # noqa: E731
+            p = lambda n, l=l, s=s: attr(getattr(m, f"{n}_l{l}{s}")).detach().numpy()  # noqa: E731
             W += list(np.split(p("weight_ih"), G)) + list(np.split(p("weight_hh"), G))
             if getattr(m, "proj_size", 0):
                 W.append(p("weight_hr"))
@@ -965,7 +965,7 @@ def test_cudnn_skip_input_equals_identity_input_weights():
         W_lin = []  # the same weights with identity input matrices inserted for layer 0
         k = 0
         for l in range(2):
-            for d in range(2):
+            for _d in range(2):
                 if l == 0:
                     W_lin += [np.eye(H)] * G
                     n = G  # R_0..R_{G-1}

@@ -27,9 +27,9 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
+from helpers.device import override_tuning
 from pyrnn_cl import cudnn, gemm
 from pyrnn_cl.programs import enqueue, get_program
-from helpers.device import override_tuning
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF

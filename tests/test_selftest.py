@@ -17,7 +17,6 @@ import pytest
 import pyrnn_cl as rc
 from pyrnn_cl import _selftest_ref as ST
 from pyrnn_cl import cli, selftest
-
 from reference import cudnn_ref as C
 from reference import mps_ref as M
 from reference import tf_ref as TF

@@ -17,10 +17,22 @@ import numpy as np
 import pytest
 
 import pyrnn_cl as rc
+from helpers.tf import (
+    LSTM_ARGS,
+    TOL64,
+    H,
+    I,
+    N,
+    T,
+    block_kw,
+    block_ops,
+    close,
+    lstm_inputs,
+    pick,
+    rng,
+    run_block,
+)
 from pyrnn_cl import tf_ops
-
-from helpers.tf import (LSTM_ARGS, TOL64, H, I, N, T, block_kw, block_ops, close, lstm_inputs,
-                        pick, rng, run_block)
 from reference import fd
 from reference import tf_ref as TF
 

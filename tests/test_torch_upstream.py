@@ -13,8 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 rt = pytest.importorskip("pyrnn_cl.torch")
-from torch.nn.utils.rnn import (pack_padded_sequence, pack_sequence,  # noqa: E402
-                                pad_packed_sequence)
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.fp64]
 
@@ -80,7 +79,7 @@ def test_projections_lstm_args_check(device):
     for h_shape, c_shape in (((L, N, H), (L, N, H)), ((L, N, P), (L, N, P)),
                              ((L + 1, N, P), (L, N, H)), ((L, N, P), (L, N + 1, H))):
         h, c = torch.randn(*h_shape, dtype=F64), torch.randn(*c_shape, dtype=F64)
-        _raises_like_torch(lambda: ours(x, (h, c)), lambda: ref(x, (h, c)))
+        _raises_like_torch(lambda h=h, c=c: ours(x, (h, c)), lambda h=h, c=c: ref(x, (h, c)))
     h, c = torch.randn(L, N, P, dtype=F64), torch.randn(L, N, H, dtype=F64)
     with torch.no_grad():
         assert _err(ours(x, (h, c))[0], ref(x, (h, c))[0]) <= TOL
@@ -220,7 +219,7 @@ def test_rnn_weight_norm(mode, device):
     ours = weight_norm(ours, "weight_hh_l0")
     ref = weight_norm(ref, "weight_hh_l0")
     x = torch.randn(5, 2, 3, dtype=F64)
-    for step in range(2):             # the second call must see the step's new weights
+    for _step in range(2):             # the second call must see the step's new weights
         grads = []
         for m in (ours, ref):
             m.zero_grad()
@@ -264,5 +263,5 @@ def test_rnn_nonlinearity_and_invalid_arguments(device):
     for kw in (dict(nonlinearity="garbage"), dict(dropout=-0.1), dict(dropout=1.5),
                dict(num_layers=0), dict(proj_size=-1)):
         cls = "LSTM" if "proj_size" in kw else "RNN"
-        _raises_like_torch(lambda: getattr(rt, cls)(3, 4, cl_device=device, **kw),
-                           lambda: getattr(torch.nn, cls)(3, 4, **kw))
+        _raises_like_torch(lambda cls=cls, kw=kw: getattr(rt, cls)(3, 4, cl_device=device, **kw),
+                           lambda cls=cls, kw=kw: getattr(torch.nn, cls)(3, 4, **kw))

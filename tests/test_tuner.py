@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import pyrnn_cl.bench as bench_module
-from pyrnn_cl import gemm as gemm_module
 from pyrnn_cl import _arrays, tuner, tuning
+from pyrnn_cl import gemm as gemm_module
 from pyrnn_cl.bench import BenchConfig
 from pyrnn_cl.errors import BuildError, TuningWarning
 

@@ -126,7 +126,6 @@ def intel_runtime_report() -> dict:
 
 def _machine(device, threads: int, torch_version) -> dict:
     from ..devices.info import parse_version
-
     from ..tuning import FAMILIES
 
     info = device.info

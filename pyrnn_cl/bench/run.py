@@ -43,6 +43,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32.
     """
     import pyrnn_cl as rc
+
     from ..devices import resolve_device
 
     if repeat < 1:

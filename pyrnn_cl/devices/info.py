@@ -164,7 +164,7 @@ def _simd_widths(cl_device, query) -> tuple[int, ...]:
                        ("cl_amd_device_attribute_query", _WAVEFRONT_WIDTH_AMD),
                        ("cl_intel_required_subgroup_size", _SUB_GROUP_SIZES_INTEL)):
         if ext in extensions:
-            value = query(lambda: cl_device.get_info(param), None)
+            value = query(lambda param=param: cl_device.get_info(param), None)
             if value is None:
                 continue
             values = value if isinstance(value, (list, tuple)) else [value]

@@ -446,7 +446,7 @@ def cudnn_rnn_backward_canonical(input, input_h, input_c, weights, biases, seque
                 dc0[k] = dc_k
         dY = dX * run.masks[l - 1] if (l > 0 and run.masks) else dX
     dW, dB = [], []
-    for k, g in enumerate(grads):
+    for g in grads:
         if g["W"] is not None:
             dW += g["W"]
         dW += g["R"]
