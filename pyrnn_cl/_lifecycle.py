@@ -28,10 +28,13 @@ import atexit
 import functools
 import os
 import threading
+from typing import Any, Callable, TypeVar, cast
 
 from .errors import ForkError
 
 __all__ = ["entry_point", "mark_opencl_used", "check_not_forked", "EXIT_WAIT_SECONDS"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: How long the exit hook waits for ops still running in other threads.
 EXIT_WAIT_SECONDS = 30.0
@@ -97,7 +100,7 @@ def _leave() -> None:
         _calls.notify_all()
 
 
-def entry_point(func):
+def entry_point(func: _F) -> _F:
     """Wrap a public op: refuse it in a forked child (:func:`check_not_forked`) and, in a
     thread other than the main one, count it as running until it returns, for the exit hook.
     The main thread is not counted: the exit hook runs in it, so none of its ops is running
@@ -115,7 +118,7 @@ def entry_point(func):
         finally:
             _depth.n = 0
             _leave()
-    return op
+    return cast(_F, op)
 
 
 def _drain(timeout: float | None = None) -> bool:

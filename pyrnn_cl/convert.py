@@ -41,11 +41,25 @@ and the cuDNN ones raise ``ValueError`` for it. Every GRU here updates
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import numpy as np
 
 from .cells import CUDNN_MODES, gates
 from .errors import ShapeError
+
+if TYPE_CHECKING:
+    import torch
+    from numpy.typing import ArrayLike
+
+#: A ``torch.nn.RNN/GRU/LSTM`` state dict (names to tensors or arrays) or the module itself.
+StateDict = Union[Mapping[str, Any], "torch.nn.Module"]
+#: cuDNN canonical ``(weights, biases)`` lists (API.md §3), NumPy arrays.
+Canonical = tuple[list[np.ndarray], list[np.ndarray]]
+_Arrays2 = tuple[np.ndarray, np.ndarray]
+_Arrays3 = tuple[np.ndarray, np.ndarray, np.ndarray]
+_Arrays4 = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
     "GATES", "MPS_GRU_FLAGS_TF", "MPS_GRU_FLAGS_KERAS",
@@ -170,7 +184,7 @@ def _sd_get(state_dict, key):
         raise KeyError(f"state_dict: missing {key!r}") from None
 
 
-def torch_config(state_dict, prefix=""):
+def torch_config(state_dict: StateDict, prefix: str = "") -> dict[str, Any]:
     """Sizes of a ``torch.nn.RNN/GRU/LSTM`` state dict (or module), read from its keys and shapes.
 
     Returns a dict ``num_layers, num_units (H), input_size, direction, num_proj, num_gates,
@@ -207,7 +221,7 @@ def _torch_names(l, d):
     return [n + sfx for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
 
 
-def torch_to_canonical(state_dict, prefix=""):
+def torch_to_canonical(state_dict: StateDict, prefix: str = "") -> Canonical:
     """``torch.nn.RNN/GRU/LSTM`` state dict (or the module) -> cuDNN canonical ``(weights,
     biases)`` (semantics.md §4.3): per layer and direction, ``weight_ih`` split into its G row
     blocks ``W_g``, ``weight_hh`` into ``R_g``, then ``weight_hr`` (``W_proj``); biases
@@ -242,9 +256,10 @@ def torch_to_canonical(state_dict, prefix=""):
     return weights, biases
 
 
-def canonical_to_torch(weights, biases, *, rnn_mode, num_layers, num_units, input_size,
-                       direction="unidirectional", num_proj=0, bias=True, prefix="",
-                       tensors=False):
+def canonical_to_torch(weights: Sequence[ArrayLike], biases: Sequence[ArrayLike], *, rnn_mode: str,
+                       num_layers: int, num_units: int, input_size: int,
+                       direction: str = "unidirectional", num_proj: int = 0, bias: bool = True,
+                       prefix: str = "", tensors: bool = False) -> OrderedDict[str, Any]:
     """Inverse of :func:`torch_to_canonical`: an ordered state dict with torch.nn's keys and
     order (``load_state_dict(..., strict=True)`` ready when ``tensors=True``, which returns torch
     tensors; NumPy arrays otherwise). ``bias=False`` drops the bias entries and raises
@@ -287,7 +302,8 @@ def _infer_mode(cfg, rnn_mode):
     return {3: "gru", 4: "lstm"}[cfg["num_gates"]]
 
 
-def torch_to_params(state_dict, *, rnn_mode=None, prefix=""):
+def torch_to_params(state_dict: StateDict, *, rnn_mode: str | None = None,
+                    prefix: str = "") -> tuple[np.ndarray, dict[str, Any]]:
     """State dict (or ``torch.nn`` module) -> ``(params, kwargs)`` for :func:`pyrnn_cl.cudnn_rnn`.
 
     ``kwargs`` holds ``num_layers, num_units, input_size, rnn_mode, direction, num_proj``; pass
@@ -308,12 +324,13 @@ def torch_to_params(state_dict, *, rnn_mode=None, prefix=""):
     params = cudnn.cudnn_rnn_canonical_to_params(
         kw["num_layers"], kw["num_units"], kw["input_size"], weights, biases, rnn_mode=mode,
         direction=kw["direction"], num_proj=kw["num_proj"])
-    return params, kw
+    return cast(np.ndarray, params), kw     # NumPy canonical lists in: a NumPy array out
 
 
-def params_to_torch(params, num_layers, num_units, input_size, *, rnn_mode="lstm",
-                    direction="unidirectional", num_proj=0, bias=True, prefix="",
-                    tensors=False):
+def params_to_torch(params: ArrayLike, num_layers: int, num_units: int, input_size: int, *,
+                    rnn_mode: str = "lstm", direction: str = "unidirectional", num_proj: int = 0,
+                    bias: bool = True, prefix: str = "",
+                    tensors: bool = False) -> OrderedDict[str, Any]:
     """Flat cuDNN ``params`` (``input_mode='linear_input'``) -> torch.nn state dict (see
     :func:`canonical_to_torch`)."""
     from . import cudnn
@@ -356,7 +373,8 @@ def _tf_lstm_split(w, b, gate_order):
     return blocks, H, I
 
 
-def tf_lstm_block_to_mps(w, b=None, *, forget_bias=1.0, gate_order="icfo"):
+def tf_lstm_block_to_mps(w: ArrayLike, b: ArrayLike | None = None, *, forget_bias: float = 1.0,
+                         gate_order: str = "icfo") -> _Arrays3:
     """TF ``LSTMBlockCell``/``BlockLSTM`` weights -> ``(input_weight [4H,I], recurrent_weight
     [4H,H], bias [4H])`` for :func:`pyrnn_cl.lstm` with the default descriptor (blocks
     ``[i, f, z, o]``).
@@ -373,8 +391,9 @@ def tf_lstm_block_to_mps(w, b=None, *, forget_bias=1.0, gate_order="icfo"):
             _c(np.concatenate([g[1] for g in gates], 0)), bias)
 
 
-def mps_to_tf_lstm_block(input_weight, recurrent_weight, bias=None, *, forget_bias=1.0,
-                         gate_order="icfo"):
+def mps_to_tf_lstm_block(input_weight: ArrayLike, recurrent_weight: ArrayLike,
+                         bias: ArrayLike | None = None, *, forget_bias: float = 1.0,
+                         gate_order: str = "icfo") -> _Arrays2:
     """Inverse of :func:`tf_lstm_block_to_mps`: ``(w [I+H, 4H], b [4H])``; ``forget_bias`` is
     subtracted from the f block (exact when it is 0; otherwise within one rounding of
     ``|b_f| + forget_bias``)."""
@@ -394,7 +413,8 @@ def mps_to_tf_lstm_block(input_weight, recurrent_weight, bias=None, *, forget_bi
     return _c(w), _c(np.concatenate([b[rows[g]] for g in order]))
 
 
-def tf_lstm_block_to_canonical(w, b=None, *, forget_bias=1.0, gate_order="icfo"):
+def tf_lstm_block_to_canonical(w: ArrayLike, b: ArrayLike | None = None, *,
+                               forget_bias: float = 1.0, gate_order: str = "icfo") -> Canonical:
     """TF ``LSTMBlockCell``/``BlockLSTM`` weights -> cuDNN canonical ``(weights, biases)`` of a
     one-layer unidirectional ``'lstm'`` (Keras' convention: ``bW = 0``, ``bR = b`` with
     ``forget_bias`` folded into ``bR_f``). Same caveats as :func:`tf_lstm_block_to_mps`."""
@@ -406,7 +426,8 @@ def tf_lstm_block_to_canonical(w, b=None, *, forget_bias=1.0, gate_order="icfo")
             [np.zeros(H, bR[0].dtype) for _ in range(4)] + bR)
 
 
-def canonical_to_tf_lstm_block(weights, biases, *, forget_bias=1.0, gate_order="icfo"):
+def canonical_to_tf_lstm_block(weights: Sequence[ArrayLike], biases: Sequence[ArrayLike], *,
+                               forget_bias: float = 1.0, gate_order: str = "icfo") -> _Arrays2:
     """Inverse of :func:`tf_lstm_block_to_canonical`: ``(w, b)`` with ``b = bW + bR`` (minus
     ``forget_bias`` on f); TF has one bias, so only ``bW + bR`` survives."""
     layers, H, I, D = _single_layer_canonical(weights, biases, 4)
@@ -419,7 +440,8 @@ def canonical_to_tf_lstm_block(weights, biases, *, forget_bias=1.0, gate_order="
                                 forget_bias=forget_bias, gate_order=gate_order)
 
 
-def tf_gru_block_to_mps(w_ru, w_c, b_ru=None, b_c=None):
+def tf_gru_block_to_mps(w_ru: ArrayLike, w_c: ArrayLike, b_ru: ArrayLike | None = None,
+                        b_c: ArrayLike | None = None) -> _Arrays3:
     """TF ``GRUBlockCell`` weights -> ``(input_weight [3H,I], recurrent_weight [3H,H],
     bias [3H])`` for :func:`pyrnn_cl.gru` with ``GRUDescriptor(**MPS_GRU_FLAGS_TF)``
     (``reset_gate_first=True, reset_after=False, flip_z=True``; blocks ``[r, u, c]``).
@@ -444,7 +466,8 @@ def tf_gru_block_to_mps(w_ru, w_c, b_ru=None, b_c=None):
     return _c(w[:I].T), _c(w[I:].T), np.concatenate([b_ru, b_c])
 
 
-def mps_to_tf_gru_block(input_weight, recurrent_weight, bias=None):
+def mps_to_tf_gru_block(input_weight: ArrayLike, recurrent_weight: ArrayLike,
+                        bias: ArrayLike | None = None) -> _Arrays4:
     """Inverse of :func:`tf_gru_block_to_mps`: ``(w_ru, w_c, b_ru, b_c)`` from the tensors of an
     MPSGraph GRU with ``MPS_GRU_FLAGS_TF`` (blocks ``[r, z, o]``)."""
     R = _np("recurrent_weight", recurrent_weight, rank=2)
@@ -472,7 +495,9 @@ def _onnx_op(op):
     return key, _ONNX[key]
 
 
-def onnx_to_canonical(op, W, R, B=None, *, linear_before_reset=None, P=None):
+def onnx_to_canonical(op: str, W: ArrayLike, R: ArrayLike, B: ArrayLike | None = None, *,
+                      linear_before_reset: int | None = None,
+                      P: ArrayLike | None = None) -> Canonical:
     """ONNX ``LSTM``/``GRU``/``RNN`` initializers -> cuDNN canonical ``(weights, biases)`` of a
     one-layer model (``direction='bidirectional'`` when ``W.shape[0] == 2``; ONNX's
     ``direction='reverse'`` alone has no cuDNN form).
@@ -508,7 +533,8 @@ def onnx_to_canonical(op, W, R, B=None, *, linear_before_reset=None, P=None):
     return weights, biases
 
 
-def canonical_to_onnx(op, weights, biases):
+def canonical_to_onnx(op: str, weights: Sequence[ArrayLike],
+                      biases: Sequence[ArrayLike]) -> dict[str, Any]:
     """Inverse of :func:`onnx_to_canonical` for a one-layer canonical list: a dict with ``W``,
     ``R``, ``B`` and ``attributes`` (``hidden_size``, ``direction``; GRU:
     ``linear_before_reset=1``) for an ONNX node."""
@@ -537,7 +563,8 @@ def _keras_kernels(kernel, recurrent_kernel, G):
     return k, rk, H
 
 
-def keras_lstm_to_canonical(kernel, recurrent_kernel, bias=None):
+def keras_lstm_to_canonical(kernel: ArrayLike, recurrent_kernel: ArrayLike,
+                            bias: ArrayLike | None = None) -> Canonical:
     """Keras ``LSTM`` weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``, ``bias [4H]``,
     column blocks ``i, f, c, o``) -> canonical ``(weights, biases)`` of a one-layer ``'lstm'``:
     ``W_g = kernel[:, g]ᵀ``, ``R_g = recurrent_kernel[:, g]ᵀ``, ``bW = 0``, ``bR = bias`` (what
@@ -549,7 +576,7 @@ def keras_lstm_to_canonical(kernel, recurrent_kernel, bias=None):
             [np.zeros(H, k.dtype) for _ in range(4)] + [_c(x) for x in np.split(b, 4)])
 
 
-def canonical_to_keras_lstm(weights, biases):
+def canonical_to_keras_lstm(weights: Sequence[ArrayLike], biases: Sequence[ArrayLike]) -> _Arrays3:
     """Canonical one-layer unidirectional ``'lstm'`` -> Keras ``(kernel, recurrent_kernel,
     bias)`` with ``bias = bW + bR`` (Keras has one bias; exact inverse of
     :func:`keras_lstm_to_canonical`, whose ``bW`` is 0)."""
@@ -562,7 +589,8 @@ def canonical_to_keras_lstm(weights, biases):
             np.concatenate([x + y for x, y in zip(bW, bR)]))
 
 
-def keras_gru_to_canonical(kernel, recurrent_kernel, bias=None, *, reset_after=True):
+def keras_gru_to_canonical(kernel: ArrayLike, recurrent_kernel: ArrayLike,
+                           bias: ArrayLike | None = None, *, reset_after: bool = True) -> Canonical:
     """Keras ``GRU(reset_after=True)`` weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
     column blocks ``z, r, h``; ``bias [2, 3H]`` = input bias, recurrent bias) -> canonical
     ``(weights, biases)`` of a one-layer ``'gru'`` (blocks ``r, z, h'``).
@@ -582,7 +610,7 @@ def keras_gru_to_canonical(kernel, recurrent_kernel, bias=None, *, reset_after=T
     return weights, biases
 
 
-def canonical_to_keras_gru(weights, biases):
+def canonical_to_keras_gru(weights: Sequence[ArrayLike], biases: Sequence[ArrayLike]) -> _Arrays3:
     """Inverse of :func:`keras_gru_to_canonical`: ``(kernel, recurrent_kernel, bias [2, 3H])``
     for ``keras.layers.GRU(reset_after=True)``."""
     layers, H, I, D = _single_layer_canonical(weights, biases, 3)
@@ -595,7 +623,8 @@ def canonical_to_keras_gru(weights, biases):
                       np.concatenate(_reorder(bR, "rzh", "zrh"))]))
 
 
-def keras_gru_to_mps(kernel, recurrent_kernel, bias=None, *, reset_after=False):
+def keras_gru_to_mps(kernel: ArrayLike, recurrent_kernel: ArrayLike, bias: ArrayLike | None = None,
+                     *, reset_after: bool = False) -> _Arrays3:
     """Keras ``GRU(reset_after=False)`` weights (bias ``[3H]``) -> ``(input_weight [3H,I],
     recurrent_weight [3H,H], bias [3H])`` for :func:`pyrnn_cl.gru` with
     ``GRUDescriptor(**MPS_GRU_FLAGS_KERAS)`` (Keras' ``z, r, h`` blocks are MPSGraph's default
@@ -611,7 +640,8 @@ def keras_gru_to_mps(kernel, recurrent_kernel, bias=None, *, reset_after=False):
     return _c(k.T), _c(rk.T), b
 
 
-def mps_to_keras_gru(input_weight, recurrent_weight, bias=None):
+def mps_to_keras_gru(input_weight: ArrayLike, recurrent_weight: ArrayLike,
+                     bias: ArrayLike | None = None) -> _Arrays3:
     """Inverse of :func:`keras_gru_to_mps`: ``(kernel, recurrent_kernel, bias [3H])``."""
     R = _np("recurrent_weight", recurrent_weight, rank=2)
     H = R.shape[1]

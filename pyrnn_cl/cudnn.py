@@ -35,6 +35,8 @@ every device, no state between calls, regenerated in backprop.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyopencl as cl
@@ -55,6 +57,7 @@ from ._arrays import (
     sub_array,
 )
 from ._lifecycle import entry_point
+from ._types import Array, DeviceArg
 from .cells import ACTIVATIONS, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -70,6 +73,9 @@ from .layout import (
 )
 from .programs import enqueue, get_program, set_args
 from .sources import compute_dtype, dtype_code
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
            "cudnn_rnn_params_to_canonical", "cudnn_rnn", "cudnn_rnn_backprop",
@@ -91,8 +97,9 @@ def _cell(mode) -> CellSpec:
 
 # ---- sizes and conversions ------------------------------------------------------------------
 
-def cudnn_rnn_params_size(num_layers, num_units, input_size, *, rnn_mode="lstm",
-                          input_mode="linear_input", direction="unidirectional", num_proj=0):
+def cudnn_rnn_params_size(num_layers: int, num_units: int, input_size: int, *,
+                          rnn_mode: str = "lstm", input_mode: str = "linear_input",
+                          direction: str = "unidirectional", num_proj: int = 0) -> int:
     r"""Length of the flat ``params``:
     :math:`\sum_l D\,[G H\,in_l + G H R + P H + 2 G H]` (no ``G H in_0`` with skip_input) —
     PyTorch's parameter count of the same ``nn.RNN/LSTM/GRU``. Elements, whatever the dtype:
@@ -102,10 +109,12 @@ def cudnn_rnn_params_size(num_layers, num_units, input_size, *, rnn_mode="lstm",
                        input_mode=input_mode, direction=direction, num_proj=num_proj).size
 
 
-def cudnn_rnn_reserve_space_size(num_layers, num_units, input_size, seq_length, batch_size, *,
-                                 rnn_mode="lstm", input_mode="linear_input",
-                                 direction="unidirectional", dropout=0.0, seed=0, seed2=0,
-                                 num_proj=0, time_major=True, is_training=True):
+def cudnn_rnn_reserve_space_size(num_layers: int, num_units: int, input_size: int, seq_length: int,
+                                 batch_size: int, *, rnn_mode: str = "lstm",
+                                 input_mode: str = "linear_input",
+                                 direction: str = "unidirectional", dropout: float = 0.0,
+                                 seed: int = 0, seed2: int = 0, num_proj: int = 0,
+                                 time_major: bool = True, is_training: bool = True) -> int:
     r"""Elements (of the op's dtype) of the ``reserve_space`` that :func:`cudnn_rnn` returns for
     these sizes, known before anything is allocated:
     :math:`L\,T\,N\,D\,(G H + R + [\text{lstm}]\,H + [P > 0]\,H)
@@ -136,9 +145,11 @@ def _copy(queue, dst, dst_off, src, src_off, count):
 
 
 @entry_point
-def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, biases, *,
-                                  rnn_mode="lstm", input_mode="linear_input",
-                                  direction="unidirectional", num_proj=0, device=None):
+def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: int,
+                                  weights: Sequence[Array], biases: Sequence[Array], *,
+                                  rnn_mode: str = "lstm", input_mode: str = "linear_input",
+                                  direction: str = "unidirectional", num_proj: int = 0,
+                                  device: DeviceArg = None) -> Array:
     """Flat ``params`` from the canonical ``weights`` and ``biases`` lists (TF's order, API.md §3;
     PyTorch's ``weight_ih_l{l}.chunk(G)`` etc.). NumPy in, NumPy out (no device needed);
     device arrays in, a device array out."""
@@ -174,9 +185,10 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
 
 
 @entry_point
-def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, rnn_mode="lstm",
-                                  input_mode="linear_input", direction="unidirectional",
-                                  num_proj=0, device=None):
+def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: int, params: Array,
+                                  *, rnn_mode: str = "lstm", input_mode: str = "linear_input",
+                                  direction: str = "unidirectional", num_proj: int = 0,
+                                  device: DeviceArg = None) -> tuple[list[Array], list[Array]]:
     """``(weights, biases)`` lists (canonical order, fresh copies) from the flat ``params``;
     the exact inverse of :func:`cudnn_rnn_canonical_to_params`."""
     lay = make_layout(num_layers, num_units, input_size, rnn_mode=rnn_mode,
@@ -220,8 +232,9 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
 
 
 @entry_point
-def cudnn_dropout_mask(shape, layer, dropout, *, seed=0, seed2=0, dtype=np.float32,
-                       device=None):
+def cudnn_dropout_mask(shape: Sequence[int], layer: int, dropout: float, *, seed: int = 0,
+                       seed2: int = 0, dtype: DTypeLike = np.float32,
+                       device: DeviceArg = None) -> np.ndarray:
     """The inter-layer dropout mask that :func:`cudnn_rnn` applies to layer ``layer``'s output
     (time-major ``shape = (T, N, D·R)``) for these ``dropout``/``seed``/``seed2``, as a NumPy
     array of ``1/(1-p)`` (kept) and 0 (dropped): for reproducing or inspecting a training run.
@@ -435,9 +448,12 @@ def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time
 
 
 @entry_point
-def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mode="lstm",
-              input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
-              seed2=0, num_proj=0, time_major=True, is_training=True, device=None):
+def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array,
+              sequence_lengths: Array | None = None, *, rnn_mode: str = "lstm",
+              input_mode: str = "linear_input", direction: str = "unidirectional",
+              dropout: float = 0.0, seed: int = 0, seed2: int = 0, num_proj: int = 0,
+              time_major: bool = True, is_training: bool = True,
+              device: DeviceArg = None) -> tuple[Array, Array, Array, Array, Array]:
     """Forward of the fused multi-layer RNN (``CudnnRNNV3``; module docstring for the maths).
 
     Returns ``(output, output_h, output_c, reserve_space, host_reserved)``: ``output``
@@ -541,11 +557,15 @@ def _check_host_reserved(net, host_reserved, reserve_space):
 
 
 @entry_point
-def cudnn_rnn_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h,
-                       output_c, output_backprop, output_h_backprop, output_c_backprop,
-                       reserve_space, host_reserved, *, rnn_mode="lstm",
-                       input_mode="linear_input", direction="unidirectional", dropout=0.0,
-                       seed=0, seed2=0, num_proj=0, time_major=True, device=None):
+def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, params: Array,
+                       sequence_lengths: Array | None, output: Array, output_h: Array,
+                       output_c: Array | None, output_backprop: Array | None,
+                       output_h_backprop: Array | None, output_c_backprop: Array | None,
+                       reserve_space: Array, host_reserved: Array, *, rnn_mode: str = "lstm",
+                       input_mode: str = "linear_input", direction: str = "unidirectional",
+                       dropout: float = 0.0, seed: int = 0, seed2: int = 0, num_proj: int = 0,
+                       time_major: bool = True,
+                       device: DeviceArg = None) -> tuple[Array, Array, Array, Array]:
     """Backprop of :func:`cudnn_rnn` (``CudnnRNNBackpropV3``) for the loss
     ``Σ output ⊙ output_backprop + Σ output_h ⊙ output_h_backprop + Σ output_c ⊙
     output_c_backprop``; each upstream gradient may be ``None`` (zero).

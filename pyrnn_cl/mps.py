@@ -40,6 +40,7 @@ import pyopencl.array as cla
 from . import engine
 from ._arrays import Call, check_rank, check_shape, read_only_zeros
 from ._lifecycle import entry_point
+from ._types import Array, DeviceArg
 from .cells import PEEP_MPS, CellSpec, activation_code, cell_kind
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -385,17 +386,23 @@ def _secondary_bias_gradient(layer, dhb):
 
 
 @entry_point
-def single_gate_rnn(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
-                    mask=None, *, descriptor=None, device=None):
+def single_gate_rnn(source: Array, recurrent_weight: Array, input_weight: Array | None = None,
+                    bias: Array | None = None, init_state: Array | None = None,
+                    mask: Array | None = None, *,
+                    descriptor: SingleGateRNNDescriptor | None = None,
+                    device: DeviceArg = None) -> list[Array]:
     """Single-gate RNN layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
     return _forward("rnn", source, recurrent_weight, input_weight, bias, init_state, None, mask,
                     None, None, descriptor, device)
 
 
 @entry_point
-def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state,
-                              input_weight=None, bias=None, init_state=None, mask=None,
-                              state_gradient=None, *, descriptor=None, device=None):
+def single_gate_rnn_gradients(source: Array, recurrent_weight: Array, source_gradient: Array,
+                              z_state: Array, input_weight: Array | None = None,
+                              bias: Array | None = None, init_state: Array | None = None,
+                              mask: Array | None = None, state_gradient: Array | None = None, *,
+                              descriptor: SingleGateRNNDescriptor | None = None,
+                              device: DeviceArg = None) -> list[Array]:
     """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_init_state]``, the
     entries of inputs passed as ``None`` omitted. ``source_gradient`` is dL/dh for every step,
     ``state_gradient`` dL/d(final h) (``[N, H]`` or ``[N, 2H]``)."""
@@ -405,8 +412,11 @@ def single_gate_rnn_gradients(source, recurrent_weight, source_gradient, z_state
 
 
 @entry_point
-def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None, init_cell=None,
-         mask=None, peephole=None, *, descriptor=None, device=None):
+def lstm(source: Array, recurrent_weight: Array, input_weight: Array | None = None,
+         bias: Array | None = None, init_state: Array | None = None,
+         init_cell: Array | None = None, mask: Array | None = None,
+         peephole: Array | None = None, *, descriptor: LSTMDescriptor | None = None,
+         device: DeviceArg = None) -> list[Array]:
     """LSTM layer: ``[h]``, then the cell sequence ``c`` when ``training or produce_cell``, then
     ``z_state`` when ``training``."""
     return _forward("lstm", source, recurrent_weight, input_weight, bias, init_state, init_cell,
@@ -414,10 +424,14 @@ def lstm(source, recurrent_weight, input_weight=None, bias=None, init_state=None
 
 
 @entry_point
-def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_output_fwd,
-                   input_weight=None, bias=None, init_state=None, init_cell=None, mask=None,
-                   peephole=None, state_gradient=None, cell_gradient=None, *, descriptor=None,
-                   device=None):
+def lstm_gradients(source: Array, recurrent_weight: Array, source_gradient: Array,
+                   z_state: Array, cell_output_fwd: Array, input_weight: Array | None = None,
+                   bias: Array | None = None, init_state: Array | None = None,
+                   init_cell: Array | None = None, mask: Array | None = None,
+                   peephole: Array | None = None, state_gradient: Array | None = None,
+                   cell_gradient: Array | None = None, *,
+                   descriptor: LSTMDescriptor | None = None,
+                   device: DeviceArg = None) -> list[Array]:
     """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_peephole,
     d_init_state, d_init_cell]`` (entries of ``None`` inputs omitted). ``cell_output_fwd`` is
     the forward's cell sequence; ``cell_gradient`` is dL/d(final c)."""
@@ -427,17 +441,23 @@ def lstm_gradients(source, recurrent_weight, source_gradient, z_state, cell_outp
 
 
 @entry_point
-def gru(source, recurrent_weight, input_weight=None, bias=None, init_state=None, mask=None,
-        secondary_bias=None, *, descriptor=None, device=None):
+def gru(source: Array, recurrent_weight: Array, input_weight: Array | None = None,
+        bias: Array | None = None, init_state: Array | None = None, mask: Array | None = None,
+        secondary_bias: Array | None = None, *, descriptor: GRUDescriptor | None = None,
+        device: DeviceArg = None) -> list[Array]:
     """GRU layer: ``[h]``, plus ``z_state`` when ``descriptor.training``."""
     return _forward("gru", source, recurrent_weight, input_weight, bias, init_state, None, mask,
                     None, secondary_bias, descriptor, device)
 
 
 @entry_point
-def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd,
-                  input_weight=None, bias=None, init_state=None, mask=None, secondary_bias=None,
-                  state_gradient=None, *, descriptor=None, device=None):
+def gru_gradients(source: Array, recurrent_weight: Array, source_gradient: Array,
+                  z_state: Array, output_fwd: Array, input_weight: Array | None = None,
+                  bias: Array | None = None, init_state: Array | None = None,
+                  mask: Array | None = None, secondary_bias: Array | None = None,
+                  state_gradient: Array | None = None, *,
+                  descriptor: GRUDescriptor | None = None,
+                  device: DeviceArg = None) -> list[Array]:
     """Gradients ``[d_source, d_recurrent_weight, d_input_weight, d_bias, d_init_state,
     d_secondary_bias]`` (entries of ``None`` inputs omitted); ``output_fwd`` is the forward
     ``h``."""
@@ -448,8 +468,10 @@ def gru_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd
 
 
 @entry_point
-def rnn_layer(source, recurrent_weight, input_weight=None, bias=None, init_state=None,
-              init_cell=None, mask=None, *, descriptor, device=None):
+def rnn_layer(source: Array, recurrent_weight: Array, input_weight: Array | None = None,
+              bias: Array | None = None, init_state: Array | None = None,
+              init_cell: Array | None = None, mask: Array | None = None, *,
+              descriptor: RNNLayerDescriptor, device: DeviceArg = None) -> list[Array]:
     """A layer of the cell ``descriptor.cell`` (:class:`RNNLayerDescriptor`), MPSGraph-style:
     ``[h]``, then the cell sequence ``c`` (cells with a cell state, when ``training or
     produce_cell``), then ``z_state`` (what the forward saved, ``[T, N, D*G*H]``) when
@@ -463,10 +485,14 @@ def rnn_layer(source, recurrent_weight, input_weight=None, bias=None, init_state
 
 
 @entry_point
-def rnn_layer_gradients(source, recurrent_weight, source_gradient, z_state, output_fwd=None,
-                        cell_output_fwd=None, input_weight=None, bias=None, init_state=None,
-                        init_cell=None, mask=None, state_gradient=None, cell_gradient=None, *,
-                        descriptor, device=None):
+def rnn_layer_gradients(source: Array, recurrent_weight: Array, source_gradient: Array,
+                        z_state: Array, output_fwd: Array | None = None,
+                        cell_output_fwd: Array | None = None, input_weight: Array | None = None,
+                        bias: Array | None = None, init_state: Array | None = None,
+                        init_cell: Array | None = None, mask: Array | None = None,
+                        state_gradient: Array | None = None, cell_gradient: Array | None = None,
+                        *, descriptor: RNNLayerDescriptor,
+                        device: DeviceArg = None) -> list[Array]:
     """Gradients of :func:`rnn_layer`: ``[d_source, d_recurrent_weight, d_input_weight,
     d_bias, d_init_state, d_init_cell]``, the entries of inputs passed as ``None`` omitted.
     ``output_fwd`` is the forward's ``h`` (required when the cell's backward needs y, e.g. a

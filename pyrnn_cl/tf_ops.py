@@ -56,12 +56,15 @@ mismatch; pitfalls A26), raising :class:`~pyrnn_cl.errors.ShapeError` naming bot
 
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 import pyopencl.array as cla
 
 from . import engine
 from ._arrays import Call, check_float, check_int, check_rank, check_shape
 from ._lifecycle import entry_point
+from ._types import Array, DeviceArg
 from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
 from .engine import Recurrence, StateView
 from .errors import ShapeError
@@ -72,6 +75,14 @@ __all__ = [
     "lstm_block_cell", "lstm_block_cell_grad", "lstm_block_cell_weight_grads",
     "block_lstm", "block_lstm_grad", "block_lstm_v2", "block_lstm_grad_v2",
 ]
+
+#: ``seq_len_max``: an int, a NumPy integer or a 0-d integer array.
+SeqLen = Union[int, np.integer, np.ndarray]
+#: The ops' results: tuples of arrays, in the order each docstring gives.
+_Arrays4 = tuple[Array, Array, Array, Array]
+_Arrays5 = tuple[Array, Array, Array, Array, Array]
+_Arrays7 = tuple[Array, Array, Array, Array, Array, Array, Array]
+_Arrays8 = tuple[Array, Array, Array, Array, Array, Array, Array, Array]
 
 _SIG, _TANH = ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"]
 
@@ -198,7 +209,8 @@ def _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c, extra=()):
 
 
 @entry_point
-def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
+def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, *,
+                   device: DeviceArg = None) -> _Arrays4:
     r"""TensorFlow ``GRUBlockCell``: one GRU step, reset gate applied before the candidate matmul.
 
     Shapes: ``x [N, I]``, ``h_prev [N, H]``, ``w_ru [I+H, 2H]`` (columns ``[r | u]``),
@@ -228,7 +240,9 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c, *, device=None):
 
 
 @entry_point
-def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device=None):
+def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array,
+                        r: Array, u: Array, c: Array, d_h: Array, *,
+                        device: DeviceArg = None) -> _Arrays4:
     r"""TensorFlow ``GRUBlockCellGrad`` with the kernel's (correct) maths, not its docstring's.
 
     Inputs: the forward's inputs, its outputs ``r, u, c`` ``[N, H]`` and ``d_h`` = dL/dh
@@ -288,7 +302,8 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, *, device
 
 
 @entry_point
-def gru_block_cell_weight_grads(x, h_prev, r, d_c_bar, d_r_bar_u_bar, *, device=None):
+def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_c_bar: Array,
+                                d_r_bar_u_bar: Array, *, device: DeviceArg = None) -> _Arrays4:
     r"""Weight and bias gradients of ``GRUBlockCell`` from :func:`gru_block_cell_grad`'s outputs.
 
     Returns ``(d_w_ru [I+H, 2H], d_w_c [I+H, H], d_b_ru [2H], d_b_c [H])``::
@@ -430,8 +445,9 @@ def _lstm_cell_call(x, cs_prev, h_prev, w, wci, wcf, wco, b, device, **more):
 
 
 @entry_point
-def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0, cell_clip=3.0,
-                    use_peephole=False, device=None):
+def lstm_block_cell(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci: Array, wcf: Array,
+                    wco: Array, b: Array, *, forget_bias: float = 1.0, cell_clip: float = 3.0,
+                    use_peephole: bool = False, device: DeviceArg = None) -> _Arrays7:
     r"""TensorFlow ``LSTMBlockCell``: one LSTM step, gate columns ICFO ``[i | ci | f | o]``.
 
     Shapes: ``x [N, I]``, ``cs_prev, h_prev [N, H]``, ``w [I+H, 4H]`` (rows for x, then h),
@@ -452,8 +468,10 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
 
 
 @entry_point
-def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad,
-                         h_grad, *, use_peephole=False, device=None):
+def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci: Array, wcf: Array,
+                         wco: Array, b: Array, i: Array, cs: Array, f: Array, o: Array, ci: Array,
+                         co: Array, cs_grad: Array, h_grad: Array, *, use_peephole: bool = False,
+                         device: DeviceArg = None) -> _Arrays5:
     r"""TensorFlow ``LSTMBlockCellGrad``: gradients of one ``LSTMBlockCell`` step.
 
     Inputs: the forward's inputs and outputs ``i, cs, f, o, ci, co`` ``[N, H]``, and
@@ -489,7 +507,8 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
 
 
 @entry_point
-def lstm_block_cell_weight_grads(x, h_prev, w, dicfo, *, device=None):
+def lstm_block_cell_weight_grads(x: Array, h_prev: Array, w: Array, dicfo: Array, *,
+                                 device: DeviceArg = None) -> _Arrays4:
     r"""Input, state, weight and bias gradients of ``LSTMBlockCell`` from the gate gradients
     ``dicfo`` ``[N, 4H]`` of :func:`lstm_block_cell_grad`. Returns
     ``(x_grad [N, I], h_prev_grad [N, H], w_grad [I+H, 4H], b_grad [4H])``::
@@ -555,8 +574,10 @@ _SEQ_DOC = r"""
 
 
 @entry_point
-def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
-               cell_clip=3.0, use_peephole=False, device=None):
+def block_lstm(seq_len_max: SeqLen, x: Array, cs_prev: Array, h_prev: Array, w: Array, wci: Array,
+               wcf: Array, wco: Array, b: Array, *, forget_bias: float = 1.0,
+               cell_clip: float = 3.0, use_peephole: bool = False,
+               device: DeviceArg = None) -> _Arrays7:
     return _block_lstm(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias,
                        cell_clip, use_peephole, device)
 
@@ -578,8 +599,9 @@ block_lstm.__doc__ = r"""TensorFlow ``BlockLSTM``: :func:`lstm_block_cell` (ICFO
 
 
 @entry_point
-def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, cell_clip=0.0,
-                  use_peephole=False, device=None):
+def block_lstm_v2(seq_len_max: SeqLen, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                  wci: Array, wcf: Array, wco: Array, b: Array, *, cell_clip: float = 0.0,
+                  use_peephole: bool = False, device: DeviceArg = None) -> _Arrays7:
     return _block_lstm(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, 0.0,
                        cell_clip, use_peephole, device)
 
@@ -593,8 +615,10 @@ block_lstm_v2.__doc__ = r"""TensorFlow ``BlockLSTMV2``: :func:`block_lstm` with 
 
 
 @entry_point
-def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
-                    cs_grad, h_grad, *, use_peephole=False, device=None):
+def block_lstm_grad(seq_len_max: SeqLen, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                    wci: Array, wcf: Array, wco: Array, b: Array, i: Array, cs: Array, f: Array,
+                    o: Array, ci: Array, co: Array, h: Array, cs_grad: Array, h_grad: Array, *,
+                    use_peephole: bool = False, device: DeviceArg = None) -> _Arrays8:
     return _block_lstm_grad(_ICFO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
                             f, o, ci, co, h, cs_grad, h_grad, use_peephole, device)
 
@@ -618,8 +642,10 @@ block_lstm_grad.__doc__ = r"""TensorFlow ``BlockLSTMGrad``: gradients of :func:`
 
 
 @entry_point
-def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
-                       h, cs_grad, h_grad, *, use_peephole=False, device=None):
+def block_lstm_grad_v2(seq_len_max: SeqLen, x: Array, cs_prev: Array, h_prev: Array, w: Array,
+                       wci: Array, wcf: Array, wco: Array, b: Array, i: Array, cs: Array, f: Array,
+                       o: Array, ci: Array, co: Array, h: Array, cs_grad: Array, h_grad: Array, *,
+                       use_peephole: bool = False, device: DeviceArg = None) -> _Arrays8:
     return _block_lstm_grad(_IFCO, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
                             f, o, ci, co, h, cs_grad, h_grad, use_peephole, device)
 
