@@ -27,6 +27,8 @@ the ICD loader right before the first platform enumeration (:mod:`.runtimes`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +42,12 @@ from .info import DeviceInfo
 from .intel import IntelProfile
 from .nvidia import NvidiaProfile
 from .pocl import PoclProfile
+
+if TYPE_CHECKING:
+    import pyopencl as cl
+    from numpy.typing import DTypeLike
+
+    from .._types import DeviceArg
 
 __all__ = [
     "Device",
@@ -74,7 +82,7 @@ _PROFILES: list[VendorProfile] = []
 _PROFILE_LOCK = threading.Lock()
 
 
-def register_profile(profile) -> VendorProfile:
+def register_profile(profile: VendorProfile | type[VendorProfile]) -> VendorProfile:
     """Add a vendor profile (an instance or a ``VendorProfile`` subclass) and return it.
 
     A profile with the name of an existing one replaces it. Profiles are matched from the highest
@@ -134,7 +142,7 @@ def detected_profile(info: DeviceInfo) -> VendorProfile:
     raise AssertionError("the generic profile matches every device")  # pragma: no cover
 
 
-def rank_key(info: DeviceInfo):
+def rank_key(info: DeviceInfo) -> tuple | None:
     """Default-choice sort key of ``info`` (lower first), or ``None`` if never chosen by default."""
     rank = profile_for(info).default_rank(info)
     if rank is None:
@@ -142,7 +150,7 @@ def rank_key(info: DeviceInfo):
     return (rank, info.platform_index, info.device_index)
 
 
-def ranked_devices(infos=None) -> list[DeviceInfo]:
+def ranked_devices(infos: Iterable[DeviceInfo] | None = None) -> list[DeviceInfo]:
     """The devices the default choice may pick, best first (``infos`` default: every device)."""
     infos = list_devices() if infos is None else infos
     return [i for i in _ranked(infos) if rank_key(i) is not None]
@@ -212,7 +220,7 @@ def _part_matches(part: str, index: int, *names: str) -> bool:
     return any(part.lower() in name.lower() for name in names)
 
 
-def select_devices(spec: str, infos=None) -> list[DeviceInfo]:
+def select_devices(spec: str, infos: Iterable[DeviceInfo] | None = None) -> list[DeviceInfo]:
     """Every device matching ``spec`` (module docstring grammar), best-ranked first.
 
     ``spec`` may also be a ``PYOPENCL_TEST``-style filter: ``;``-separated entries, each
@@ -313,7 +321,8 @@ class Device:
     kept as given).
     """
 
-    def __init__(self, cl_device, context=None, queue=None, info: DeviceInfo | None = None):
+    def __init__(self, cl_device: cl.Device, context: cl.Context | None = None,
+                 queue: cl.CommandQueue | None = None, info: DeviceInfo | None = None) -> None:
         import pyopencl as cl
 
         _lifecycle.check_not_forked()
@@ -329,7 +338,7 @@ class Device:
         self._tuning_trial = None   # pyrnn_cl.tuning.trial: the tuner's candidate values
 
     @classmethod
-    def from_queue(cls, queue) -> Device:
+    def from_queue(cls, queue: cl.CommandQueue) -> Device:
         """The ``Device`` of a ``pyopencl.CommandQueue``: the one that made the queue, else a
         wrapper of the user's queue (its context and device used as is), made once per queue
         object, so that what a device keeps between calls (memory pools, shared zeros, build
@@ -346,7 +355,7 @@ class Device:
     def name(self) -> str:
         return self.info.name
 
-    def check_dtype(self, dtype) -> np.dtype:
+    def check_dtype(self, dtype: DTypeLike) -> np.dtype:
         """``np.dtype(dtype)`` if this device can compute in it.
 
         Raises ``TypeError`` for anything but float32/float64 and :class:`UnsupportedError`
@@ -458,9 +467,11 @@ def _choose(kind: str, spec: str | None) -> Device:
         found = _enumerate()
         infos = [info for info, _ in found]
         if kind == "spec":
+            assert spec is not None
             chosen = select_devices(spec, infos)
             what = f"the spec {spec!r}"
         elif kind == "ctx":
+            assert spec is not None
             chosen = _select_pyopencl_ctx(spec, infos)
             what = f"PYOPENCL_CTX={spec!r}"
         else:
@@ -497,7 +508,7 @@ def get_device(spec: str | None = None) -> Device:
     return _choose("spec", spec.strip())
 
 
-def set_default_device(spec_or_device) -> Device:
+def set_default_device(spec_or_device: DeviceArg) -> Device:
     """Make ``spec_or_device`` (anything :func:`resolve_device` accepts; ``None`` resets to the
     environment/ranking choice) the default device of this process, and return it."""
     device = None if spec_or_device is None else resolve_device(spec_or_device)
@@ -508,7 +519,7 @@ def set_default_device(spec_or_device) -> Device:
     return device if device is not None else get_device()
 
 
-def resolve_device(device=None) -> Device:
+def resolve_device(device: DeviceArg = None) -> Device:
     """The :class:`Device` for an op's ``device=`` argument: ``None`` (the default device), a
     ``Device``, a ``pyopencl.CommandQueue`` (wrapped, the user's queue kept) or a spec string.
     Raises :class:`~pyrnn_cl.errors.ForkError` in a process forked after its parent used

@@ -25,7 +25,12 @@ comments only.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .info import DeviceInfo
 
 __all__ = [
     "VendorProfile",
@@ -79,11 +84,11 @@ class VendorProfile:
 
     # -- matching and ranking ------------------------------------------------------------------
 
-    def matches(self, info) -> bool:
+    def matches(self, info: DeviceInfo) -> bool:
         """True when this profile describes ``info``'s implementation."""
         return False
 
-    def default_rank(self, info) -> tuple | None:
+    def default_rank(self, info: DeviceInfo) -> tuple | None:
         """Sort key for the default choice (lower first), or ``None`` to skip the device.
 
         The first element is a ``TIER_*`` constant; later elements break ties inside a tier.
@@ -92,7 +97,7 @@ class VendorProfile:
 
     # -- building ------------------------------------------------------------------------------
 
-    def build_options(self, info) -> list[str]:
+    def build_options(self, info: DeviceInfo) -> list[str]:
         """Compiler options for ``info``.
 
         Kernels are written for the OpenCL C 1.2 feature set (pitfalls C18); saying so explicitly
@@ -109,7 +114,7 @@ class VendorProfile:
         read at each build (the implementation's own switch may be an environment variable)."""
         return False
 
-    def build_cache_dir(self):
+    def build_cache_dir(self) -> Path | None:
         """Where the implementation caches builds itself (a ``Path``), or ``None``."""
         return None
 
@@ -125,7 +130,7 @@ class VendorProfile:
 
     # -- tuning --------------------------------------------------------------------------------
 
-    def table_tuning(self, info, family: str) -> dict[str, int]:
+    def table_tuning(self, info: DeviceInfo, family: str) -> dict[str, int]:
         """This profile's table values of ``family`` for ``info``: the ``"default"`` entry,
         updated by the longest device-name entry matching ``info.name`` (``{}`` if none).
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyopencl as cl
 
 __all__ = ["DeviceInfo", "parse_version"]
 
@@ -64,7 +68,7 @@ class DeviceInfo:
     #: 32-bit registers per work-group (NVIDIA's CL_DEVICE_REGISTERS_PER_BLOCK_NV)
     registers_per_group: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         extensions = tuple(self.extensions)
         if isinstance(self.extensions, str):
             extensions = tuple(self.extensions.split())
@@ -103,7 +107,8 @@ class DeviceInfo:
     # -- construction --------------------------------------------------------------------------
 
     @classmethod
-    def from_cl(cls, cl_device, platform_index: int = -1, device_index: int = -1) -> DeviceInfo:
+    def from_cl(cls, cl_device: cl.Device, platform_index: int = -1,
+                device_index: int = -1) -> DeviceInfo:
         """Query a ``pyopencl.Device``; tolerant of implementations that misreport fields."""
         import pyopencl as cl
 
@@ -143,8 +148,10 @@ class DeviceInfo:
             global_mem_cache_size=query(lambda: int(cl_device.global_mem_cache_size), 0),
             global_mem_cacheline_size=query(lambda: int(cl_device.global_mem_cacheline_size), 0),
             simd_widths=_simd_widths(cl_device, query),
-            registers_per_group=query(lambda: int(cl_device.get_info(_REGISTERS_PER_BLOCK_NV)),
-                                      0),
+            # a vendor query: not a member of pyopencl's device_info enum
+            registers_per_group=query(
+                lambda: int(cl_device.get_info(_REGISTERS_PER_BLOCK_NV)),  # type: ignore[arg-type, call-overload]
+                0),
         )
 
 

@@ -262,9 +262,9 @@ def _cgroup_cpu_limit() -> float | None:
     except (OSError, ValueError):
         pass
     try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
 
@@ -351,10 +351,10 @@ def _register() -> Registration:
     if runtime is None:
         return Registration("not-installed")
     configured = _env.icd_loader_settings()
-    vendors = configured.get("OCL_ICD_VENDORS")
-    if vendors and (Path(vendors) / ICD_NAME).is_file():
+    inherited = configured.get("OCL_ICD_VENDORS")
+    if inherited and (Path(inherited) / ICD_NAME).is_file():
         # set by pyrnn_cl in a parent process (pytest-xdist workers, subprocesses)
-        return Registration("registered", f"{vendors} (inherited)", runtime)
+        return Registration("registered", f"{inherited} (inherited)", runtime)
     if configured:
         names = ", ".join(f"{k}={v}" for k, v in configured.items())
         # the user's loader settings stand; but an ICD they point at that names a missing
@@ -370,9 +370,9 @@ def _register() -> Registration:
             return Registration("user-configured", f"left as set: {names}; {icd} is broken",
                                 runtime)
         return Registration("user-configured", f"left as set: {names}", runtime)
-    icd = registered_intel_icd()
-    if icd is not None:
-        return Registration("system", f"{icd} names it", runtime)
+    registered = registered_intel_icd()
+    if registered is not None:
+        return Registration("system", f"{registered} names it", runtime)
     problem = runtime.problem()
     if problem:
         _warn(problem)
