@@ -42,9 +42,10 @@ against the registry's ``PYRNN_CELL_*`` defines, :meth:`CellSpec.defines`):
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -61,7 +62,7 @@ PEEP_NONE, PEEP_MPS, PEEP_TF = 0, 1, 2
 _A = ACTIVATIONS
 
 
-def activation_code(name, argument="activation"):
+def activation_code(name: str, argument: str = "activation") -> int:
     """The kernel code of an activation name; ``ValueError`` naming the argument otherwise."""
     try:
         return ACTIVATIONS[name]
@@ -135,7 +136,7 @@ CUDNN_MODES = {"rnn_relu": ("rnn", _A["relu"]), "rnn_tanh": ("rnn", _A["tanh"]),
                "lstm": ("lstm", None), "gru": ("gru", None)}
 
 
-def cell_kind(name) -> CellKind:
+def cell_kind(name: str) -> CellKind:
     """The registered :class:`CellKind` of ``name``; ``ValueError`` listing the known ones."""
     kind = CELLS.get(name) if isinstance(name, str) else None
     if kind is None:
@@ -144,7 +145,7 @@ def cell_kind(name) -> CellKind:
     return kind
 
 
-def gates(name) -> int:
+def gates(name: str) -> int:
     """Gates per hidden unit of a cell kind or a cuDNN ``rnn_mode`` (``"rnn_relu"``, ...)."""
     if name in CUDNN_MODES:
         name = CUDNN_MODES[name][0]
@@ -154,8 +155,10 @@ def gates(name) -> int:
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def register_cell(name, source_path, *, gates, slots=None, activations=None, states=1,
-                  late_gate=None, hn_slot=None, backward_needs_y=True):
+def register_cell(name: str, source_path: str | os.PathLike[str], *, gates: int,
+                  slots: Sequence[str] | None = None, activations: Sequence[str] | None = None,
+                  states: int = 1, late_gate: int | None = None, hn_slot: int | None = None,
+                  backward_needs_y: bool = True) -> CellKind:
     """Register the cell ``name`` whose pointwise maths is the OpenCL C file ``source_path``
     (README "Custom cells" states the contract the file follows). Returns its
     :class:`CellKind`; the cell is then reachable as :func:`pyrnn_cl.mps.rnn_layer` (...,

@@ -111,7 +111,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 import numpy as np
 import pyopencl as cl
@@ -128,6 +128,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from . import cudnn as _cudnn
 from . import sources as _sources
 from ._arrays import temporary
+from ._types import DeviceArg
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError
 from .layout import HOST_RESERVED_SIZE, make_layout
@@ -152,7 +153,8 @@ STATS = {"params_uploads": 0, "reserve_hits": 0, "reserve_recomputes": 0}
 
 # ---- the OpenCL device of an op call ---------------------------------------------------------
 
-_DEVICE_OBJECTS = {}      # "#<n>" -> a cl_device object (Device or CommandQueue) of this process
+# "#<n>" -> a cl_device object (Device or CommandQueue) of this process
+_DEVICE_OBJECTS: dict[str, Any] = {}
 
 
 def _device_key(cl_device) -> str:
@@ -247,7 +249,8 @@ def _upload(dev, t: Optional[Tensor]):
     return out
 
 
-_ZEROS = {}               # (device key, shape, dtype) -> a device array of zeros, never written
+# (device key, shape, dtype) -> a device array of zeros, never written
+_ZEROS: dict[tuple, cla.Array] = {}
 
 
 def _zeros_on(dev, dkey, t: Tensor):
@@ -282,7 +285,8 @@ def _read(dev, reads) -> list:
             host = np.empty(shape, a.dtype)
         elif in_place and a.allocator is None:
             host, _ = cl.enqueue_map_buffer(
-                queue, a.base_data, cl.map_flags.READ | cl.map_flags.WRITE,
+                queue, a.base_data,
+                cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
                 a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
         else:
             host = np.empty(shape, a.dtype)
@@ -297,7 +301,8 @@ class _ParamsEntry:
     __slots__ = ("refs", "versions", "host", "array")
 
 
-_PARAMS = {}              # key -> _ParamsEntry (the device params of one set of parameters)
+# key -> _ParamsEntry (the device params of one set of parameters)
+_PARAMS: dict[tuple, "_ParamsEntry"] = {}
 
 
 def _storage_key(p):
@@ -338,7 +343,7 @@ def _same_bits(p, host) -> bool:
         return False
     if _MEMCMP is not None:
         return _MEMCMP(a.ctypes.data, host.ctypes.data, a.nbytes) == 0
-    ints = np.dtype(f"i{a.dtype.itemsize}")
+    ints: np.dtype = np.dtype(f"i{a.dtype.itemsize}")
     return np.array_equal(a.view(ints), host.view(ints))
 
 
@@ -403,7 +408,8 @@ class _Reserve:
     __slots__ = ("ref", "x", "h0", "c0", "params", "reserve")
 
 
-_RESERVES = {}            # id(storage of host_reserved) -> _Reserve
+# id(storage of host_reserved) -> _Reserve
+_RESERVES: dict[int, "_Reserve"] = {}
 
 
 def _drop_reserve(key, ref):
@@ -781,28 +787,35 @@ class _DeviceRef:
                         "with a device spec string (e.g. cl_device='0:0') to save it whole")
 
 
-class _CLRNNMixin:
+if TYPE_CHECKING:
+    # for the type checker only: the mixin's methods read (and extend) torch.nn.RNNBase's
+    from torch.nn import RNNBase as _RNNBase
+else:
+    _RNNBase = object
+
+
+class _CLRNNMixin(_RNNBase):
     """forward() of the three modules (the rest is torch.nn.RNNBase)."""
 
-    def _cl_setup(self, cl_device):
+    def _cl_setup(self, cl_device: DeviceArg) -> None:
         self._cl_device_ref = _DeviceRef(cl_device)
 
     @property
-    def cl_device(self):
+    def cl_device(self) -> DeviceArg:
         """The OpenCL device of this module (``None``: pyrnn_cl's default device)."""
         return self._cl_device_ref.device
 
     @cl_device.setter
-    def cl_device(self, value):
+    def cl_device(self, value: DeviceArg) -> None:
         self._cl_device_ref = _DeviceRef(value)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = super().extra_repr()
         if self.cl_device is not None:
             s += f", cl_device={self.cl_device!r}"
         return s
 
-    def flatten_parameters(self):
+    def flatten_parameters(self) -> None:
         """Forget the device copy of the parameters (the next call uploads them again) and free
         its memory. Never needed for correctness: every call checks that the copy is current.
         torch.nn's own version, which this replaces, packs the weights for cuDNN and is a no-op
@@ -823,7 +836,9 @@ class _CLRNNMixin:
                     names.append(f"weight_hr{sfx}")
         return [getattr(self, n) for n in names]
 
-    def forward(self, input, hx=None):
+    def forward(self, input: Union[Tensor, PackedSequence],
+                hx: Union[Tensor, tuple[Tensor, Tensor], None] = None,
+                ) -> tuple[Union[Tensor, PackedSequence], Union[Tensor, tuple[Tensor, Tensor]]]:
         """``output, h_n`` (RNN, GRU) or ``output, (h_n, c_n)`` (LSTM), exactly as torch.nn."""
         lstm = self.mode == "LSTM"
         D = 2 if self.bidirectional else 1
@@ -887,6 +902,7 @@ class _CLRNNMixin:
                                                     training, device, _REVISION)
 
         if packed:
+            assert lengths is not None      # (pad_packed_sequence's)
             if input.sorted_indices is not None:
                 out = out.index_select(1, input.sorted_indices)
                 lengths = lengths.index_select(0, input.sorted_indices.cpu())
@@ -939,7 +955,7 @@ class RNN(_CLRNNMixin, nn.RNN):
     bias=True, batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None``)
     plus ``cl_device`` (the OpenCL device; module docstring)."""
 
-    def __init__(self, *args, cl_device=None, **kwargs):
+    def __init__(self, *args: Any, cl_device: DeviceArg = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cl_setup(cl_device)
 
@@ -954,7 +970,7 @@ class LSTM(_CLRNNMixin, nn.LSTM):
     batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None``)
     plus ``cl_device``."""
 
-    def __init__(self, *args, cl_device=None, **kwargs):
+    def __init__(self, *args: Any, cl_device: DeviceArg = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cl_setup(cl_device)
 
@@ -968,6 +984,6 @@ class GRU(_CLRNNMixin, nn.GRU):
     batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None``) plus
     ``cl_device``."""
 
-    def __init__(self, *args, cl_device=None, **kwargs):
+    def __init__(self, *args: Any, cl_device: DeviceArg = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cl_setup(cl_device)
