@@ -24,7 +24,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.tools as cl_tools
 
-from .devices import resolve_device
+from .devices import Device, resolve_device
 from .errors import ShapeError, UnsupportedError
 from .programs import enqueue, get_program, set_args
 from .sources import STORAGE_DTYPES, compute_dtype, dtype_code, storage_names
@@ -55,7 +55,7 @@ def empty(queue, shape, dtype, allocator=None) -> cla.Array:
 
 
 _FAST_ARRAY = True
-_POOLS = weakref.WeakKeyDictionary()   # Device -> pyopencl.tools.MemoryPool
+_POOLS: weakref.WeakKeyDictionary[Device, cl_tools.MemoryPool] = weakref.WeakKeyDictionary()
 
 
 def _upload(queue, a: np.ndarray, dtype) -> cla.Array:
@@ -134,7 +134,9 @@ def fill(a: cla.Array, value) -> cla.Array:
     A non-contiguous view falls back to ``Array.fill``."""
     if a.size and a.flags.forc:
         pattern = np.full(1, value, dtype=a.dtype)
-        a.add_event(cl.enqueue_fill_buffer(a.queue, a.base_data, pattern, a.offset, a.nbytes))
+        # (an array with elements has a queue and a buffer; pyopencl types both optional)
+        a.add_event(cl.enqueue_fill_buffer(a.queue, a.base_data, pattern, a.offset,  # type: ignore[arg-type]
+                                           a.nbytes))
     elif a.size:
         a.fill(value)
     return a

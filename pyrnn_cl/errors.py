@@ -1,5 +1,10 @@
 """Exception types of pyrnn_cl (API.md §0)."""
 
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
 
 class ShapeError(ValueError, RuntimeError):
     """A shape or rank mismatch; the message names the argument, the shape received and the shape
@@ -39,7 +44,9 @@ class BuildError(RuntimeError):
     log), ``source`` (the expanded source) and ``saved_path`` (where that source was written).
     """
 
-    def __init__(self, message, *, device=None, options=None, log="", source="", saved_path=None):
+    def __init__(self, message: str, *, device: str | None = None,
+                 options: Iterable[str] | None = None, log: str = "", source: str = "",
+                 saved_path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.device = device
         self.options = list(options or [])

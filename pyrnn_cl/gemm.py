@@ -73,7 +73,7 @@ _SIGNATURES = {
     "pyrnn_gemm_pack_q": "iiiBllllBll",
     "pyrnn_sum_rows": "iiirBlllBlll",
 }
-_ARG_DTYPES = {"i": np.dtype(np.int32), "l": np.dtype(np.int64)}
+_ARG_DTYPES: dict[str, np.dtype] = {"i": np.dtype(np.int32), "l": np.dtype(np.int64)}
 
 
 @functools.cache
@@ -193,7 +193,7 @@ def release_scratch() -> None:
     free_pools()
 
 
-def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObject, int]:
+def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObjectHolder, int]:
     """(Buffer, extra element offset) of a pyopencl Buffer or Array ``x``."""
     if isinstance(x, cl.MemoryObjectHolder) and not hasattr(x, "base_data"):
         return x, 0

@@ -133,7 +133,7 @@ def _binary_of(raw, cl_device) -> bytes | None:
 def _error_text(exc) -> str:
     code = getattr(exc, "code", None)
     try:
-        name = cl.status_code.to_string(code)
+        name = cl.status_code.to_string(code)  # type: ignore[operator]  # (pyopencl's stub)
     except Exception:  # noqa: BLE001
         name = str(code)
     routine = getattr(exc, "routine", "") or "build"
@@ -378,7 +378,7 @@ class Program:
             names = self.cl_program.get_info(cl.program_info.KERNEL_NAMES)
         except cl.Error:
             return []
-        return [n for n in names.split(";") if n]
+        return [n for n in str(names).split(";") if n]
 
     def work_group_size(self, name: str) -> int:
         """``CL_KERNEL_WORK_GROUP_SIZE`` of kernel ``name`` on this device: the largest local
@@ -605,7 +605,7 @@ def get_program(
     defines = dict(defines or {})
     all_options = list(_profile_options(device)) + list(options or [])
     if isinstance(source_dir, (str, Path)) or source_dir is None:
-        dir_key = None if source_dir is None else (str(source_dir),)
+        dir_key: tuple[str, ...] | None = None if source_dir is None else (str(source_dir),)
     else:
         dir_key = tuple(str(d) for d in source_dir)
     memo_key = (
@@ -672,7 +672,7 @@ def _add_note(exc: BaseException, note: str) -> None:
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:
-        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -70,7 +71,7 @@ BFLOAT16 = _bfloat16()
 #: Without ml_dtypes, the container of the torch bridge's bfloat16 values: their bits in a
 #: one-field structured dtype, which no NumPy number converts to by accident (a plain uint16
 #: would). Not offered to NumPy users (:func:`storage_names` leaves it out). None with ml_dtypes.
-BFLOAT16_BITS = None if BFLOAT16 is not None else np.dtype([("bfloat16", "<u2")])
+BFLOAT16_BITS: np.dtype | None = None if BFLOAT16 is not None else np.dtype([("bfloat16", "<u2")])
 
 #: Every dtype an op accepts for its floating arrays (the *storage* dtype), with its
 #: ``PYRNN_DTYPE`` code and the dtype the engine computes in. float16 and bfloat16 arrays are
@@ -81,7 +82,7 @@ STORAGE_DTYPES: dict[np.dtype, tuple[int, np.dtype]] = {
     np.dtype(np.float64): (DTYPE_FLOAT64, np.dtype(np.float64)),
     np.dtype(np.float16): (DTYPE_FLOAT16, np.dtype(np.float32)),
 }
-STORAGE_DTYPES[BFLOAT16 if BFLOAT16 is not None else BFLOAT16_BITS] = (
+STORAGE_DTYPES[BFLOAT16 if BFLOAT16 is not None else cast(np.dtype, BFLOAT16_BITS)] = (
     DTYPE_BFLOAT16, np.dtype(np.float32))
 
 

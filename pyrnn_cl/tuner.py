@@ -32,6 +32,7 @@ import math
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,8 +75,8 @@ class Workload:
     :class:`CandidateError` when the results differ from the reference."""
 
     name: str
-    run: object
-    check: object
+    run: Callable[[], object]
+    check: Callable[[], object]
 
 
 def _rel_err(out, ref) -> float:

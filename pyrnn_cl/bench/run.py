@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
@@ -57,10 +58,11 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         threads = dev.info.compute_units if dev.info.type == "cpu" else (os.cpu_count() or 1)
     threads = int(threads)
     blas_set = _openblas_set_threads(threads)
-    torch_mod = None
+    torch_mod: Any = None
     if compare_torch:
         try:
-            import torch as torch_mod
+            import torch
+            torch_mod = torch
         except ImportError:
             torch_mod = None
     if torch_mod is not None:
@@ -70,7 +72,7 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
         use_cudnn = have_cudnn           # the bridge runs the cuDNN dialect: compare like with like
 
     sgemm = sgemm_gflops()
-    result = {
+    result: dict[str, Any] = {
         "machine": _machine(dev, threads, getattr(torch_mod, "__version__", None)),
         "numpy_sgemm_1024_gflops": sgemm,
         "numpy_blas_threads_set": blas_set,
@@ -107,7 +109,7 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
     weights = _make_weights(cfg)
     x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
     dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
-    entry = {"config": asdict(cfg), "flops": {"forward": cfg.flops_forward(),
+    entry: dict[str, Any] = {"config": asdict(cfg), "flops": {"forward": cfg.flops_forward(),
                                               "fwd_bwd": 3 * cfg.flops_forward(),
                                               "recurrent_forward": cfg.flops_recurrent()},
              "memory_bytes": memory_estimate(cfg), "ours": None, "torch": None,
@@ -136,13 +138,13 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         y_ours = ours.forward_output() if check and torch_mod is not None else None
         tm = (_Torch(cfg, weights, x, dy, threads, torch_device) if torch_mod is not None
               else None)
-        if y_ours is not None:
+        if y_ours is not None and tm is not None:     # (tm is there when y_ours is)
             entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
         # Alternating turns: the machine may be shared, so both sides see the same load.
         fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
-        if bridge and torch_mod is not None and not tm.cuda:
+        if bridge and tm is not None and not tm.cuda:
             fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
         times = _timed_blocks(fns, repeat, warmup, block)
         fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])

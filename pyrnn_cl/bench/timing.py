@@ -32,7 +32,7 @@ def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    times = {name: [] for name in fns}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     while any(len(v) < repeat for v in times.values()):
         for name, fn in fns.items():
             todo = min(max(block, 1), repeat - len(times[name]))
