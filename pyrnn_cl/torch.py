@@ -298,7 +298,11 @@ def _read(dev, reads) -> list:
 
 
 class _ParamsEntry:
-    __slots__ = ("refs", "versions", "host", "array")
+    """A cached upload: the flat host copy, its device array, the parameters' storages (weak)
+    and versions, and per parameter ``(its data pointer, its run of the host copy, bytes)``
+    for the value check (``None`` for a non-contiguous parameter)."""
+
+    __slots__ = ("refs", "versions", "host", "array", "runs")
 
 
 # key -> _ParamsEntry (the device params of one set of parameters)
@@ -348,8 +352,8 @@ def _same_bits(p, host) -> bool:
 
 
 def _device_params(dev, dkey, slots, size, params, check_values=True):
-    """``(array, uploaded)``: the flat params of ``params`` on ``dev``, and whether they were
-    uploaded by this call.
+    """``(entry, uploaded)``: the cached upload (:class:`_ParamsEntry`) of the flat params of
+    ``params`` on ``dev``, and whether this call uploaded it.
 
     Uploaded again only when a parameter's storage, ``_version`` or values differ from the
     cached upload's. The values are compared with the host copy that was uploaded (a read of
@@ -361,21 +365,23 @@ def _device_params(dev, dkey, slots, size, params, check_values=True):
     entry = _PARAMS.get(key)
     if (entry is not None and entry.versions == versions
             and all(r() is p.untyped_storage() for r, p in zip(entry.refs, params))
-            and (not check_values or _params_current(entry.array, slots, params))):
-        return entry.array, False
+            and (not check_values or _params_current(entry, slots, params))):
+        return entry, False
     flat = torch.zeros(size, dtype=params[0].dtype)
     for (off, n), p in zip(slots, params):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
     entry.host, entry.versions = _numpy(flat), versions
     entry.array = cla.to_device(dev.queue, entry.host)
-    entry.array.host_copy = entry.host
+    isz = entry.host.dtype.itemsize
+    entry.runs = [(p.data_ptr(), entry.host.ctypes.data + off * isz, n * isz)
+                  if p.is_contiguous() else None for (off, n), p in zip(slots, params)]
     entry.refs = [weakref.ref(p.untyped_storage(), functools.partial(_drop_params, key))
                   for p in params]
     with _LOCK:
         _PARAMS[key] = entry
         STATS["params_uploads"] += 1
-    return entry.array, True
+    return entry, True
 
 
 def _compares_first(dev) -> bool:
@@ -384,10 +390,17 @@ def _compares_first(dev) -> bool:
     return dev.info.type == "cpu"
 
 
-def _params_current(array, slots, params) -> bool:
-    """Whether ``params`` hold exactly the values uploaded into ``array`` (a cached upload of
-    :func:`_device_params`)."""
-    return all(_same_bits(p, array.host_copy[off:off + n]) for (off, n), p in zip(slots, params))
+def _params_current(entry, slots, params) -> bool:
+    """Whether ``params`` hold exactly the values of ``entry``'s upload: ``memcmp`` of the
+    recorded pointers while a parameter's data pointer is the recorded one (no tensor call),
+    else :func:`_same_bits`."""
+    for (off, n), p, run in zip(slots, params, entry.runs):
+        if run is not None and _MEMCMP is not None and p.data_ptr() == run[0]:
+            if _MEMCMP(*run) != 0:
+                return False
+        elif not _same_bits(p, entry.host[off:off + n]):
+            return False
+    return True
 
 
 def _forget_params(params):
@@ -497,10 +510,11 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
     # by more than it took), and while the device runs elsewhere; parameters changed behind
     # torch's version counter then make the forward run again, after an upload.
     check_first = _compares_first(dev)
-    st.params, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
+    entry, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
+    st.params = entry.array
     out, hn, cn, st.reserve, host = run()
-    if not (check_first or uploaded or _params_current(st.params, slots, params)):
-        st.params, _ = _device_params(dev, device, slots, lay.size, params)
+    if not (check_first or uploaded or _params_current(entry, slots, params)):
+        st.params = _device_params(dev, device, slots, lay.size, params)[0].array
         out, hn, cn, st.reserve, host = run()
     return st, out, hn, cn, host
 
@@ -794,6 +808,23 @@ else:
     _RNNBase = object
 
 
+@functools.cache
+def _flat_parameter_names(num_layers: int, bidirectional: bool, bias: bool,
+                          proj: bool) -> tuple:
+    """torch.nn's parameter names in ``_flat_parameters`` order (per layer, per direction:
+    ``weight_ih``, ``weight_hh``, the biases, ``weight_hr``)."""
+    names = []
+    for l in range(num_layers):
+        for d in range(2 if bidirectional else 1):
+            sfx = f"_l{l}" + ("_reverse" if d else "")
+            names += [f"weight_ih{sfx}", f"weight_hh{sfx}"]
+            if bias:
+                names += [f"bias_ih{sfx}", f"bias_hh{sfx}"]
+            if proj:
+                names.append(f"weight_hr{sfx}")
+    return tuple(names)
+
+
 class _CLRNNMixin(_RNNBase):
     """forward() of the three modules (the rest is torch.nn.RNNBase)."""
 
@@ -824,16 +855,8 @@ class _CLRNNMixin(_RNNBase):
             _forget_params(self._flat_parameters())
 
     def _flat_parameters(self):
-        names = []
-        D = 2 if self.bidirectional else 1
-        for l in range(self.num_layers):
-            for d in range(D):
-                sfx = f"_l{l}" + ("_reverse" if d else "")
-                names += [f"weight_ih{sfx}", f"weight_hh{sfx}"]
-                if self.bias:
-                    names += [f"bias_ih{sfx}", f"bias_hh{sfx}"]
-                if self.proj_size > 0:
-                    names.append(f"weight_hr{sfx}")
+        names = _flat_parameter_names(self.num_layers, self.bidirectional, bool(self.bias),
+                                      self.proj_size > 0)
         return [getattr(self, n) for n in names]
 
     def forward(self, input: Union[Tensor, PackedSequence],
