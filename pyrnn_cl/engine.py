@@ -39,11 +39,13 @@ import pyopencl.array as cla
 from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
 from .cells import CellSpec
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
+from .layout import Saved
 from .programs import enqueue, get_program, set_args
 from .sources import dtype_code
 
-__all__ = ["Recurrence", "StateView", "Target", "InputSide", "input_projection", "util_program",
-           "copy3", "add_rows", "act_map", "multiply"]
+__all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
+           "GradTargets", "Gradients", "Saved", "input_projection", "util_program", "copy3",
+           "add_rows", "act_map", "multiply"]
 
 _I32 = np.int32
 _I64 = np.int64
@@ -86,6 +88,62 @@ class InputSide:
     dw: Target | None = None
     db: Target | None = None
     dhb: Target | None = None
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """What a layer's forward and backward read besides its sequences: ``R`` ``[D][G*H][K]``,
+    the initial states ``h0`` and (LSTM) ``c0``, the hidden-side bias ``hb`` and peepholes
+    ``peep`` ``[D][G*H]``, ``mask`` ``[T][N][D*H]``, ``lens`` int32 ``[N]`` and the projection
+    ``w_proj`` ``[D][P][H]`` (``None``: absent)."""
+
+    R: cla.Array
+    h0: StateView
+    c0: StateView | None = None
+    hb: cla.Array | None = None
+    peep: cla.Array | None = None
+    mask: cla.Array | None = None
+    lens: cla.Array | None = None
+    w_proj: cla.Array | None = None
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The upstream gradients of a backward (``None``: zero): ``dy`` ``[T][N][D*K]``,
+    ``dhn``/``dcn`` those of the final states, ``dcs`` ``[T][N][D*H]`` the per-step gradients of
+    c (TensorFlow)."""
+
+    dy: cla.Array | None = None
+    dhn: StateView | None = None
+    dcn: StateView | None = None
+    dcs: cla.Array | None = None
+
+
+@dataclass(frozen=True)
+class GradTargets:
+    """Where a backward writes: ``dh0`` and (LSTM) ``dc0``; ``dR`` (or a new ``[D][G*H][K]``
+    array; none without ``need_dR``), ``dwp`` (projection; or a new ``[D][P][H]`` array) and
+    the input side's gradients ``inputs`` (:class:`InputSide`; ``None``: not wanted)."""
+
+    dh0: StateView
+    dc0: StateView | None = None
+    dR: Target | None = None
+    need_dR: bool = True
+    dwp: Target | None = None
+    inputs: InputSide | None = None
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """What :meth:`Recurrence.backward` returns: the gate gradients ``dgx``/``dgh`` (``None``
+    unless ``full``), ``dR``, ``dwp`` (projection) and ``dpeep`` (peepholes), ``None`` where
+    not computed."""
+
+    dgx: cla.Array | None = None
+    dgh: cla.Array | None = None
+    dR: cla.Array | None = None
+    dwp: cla.Array | None = None
+    dpeep: cla.Array | None = None
 
 
 def util_program(device, dtype, vw=1):
@@ -345,13 +403,13 @@ class Recurrence:
 
     # -- forward ----------------------------------------------------------------------------
 
-    def forward(self, gx, R, *, h0: StateView, c0: StateView | None = None, hb=None, peep=None,
-                mask=None, lens=None, w_proj=None, x=None, w=None, xb=None, into=None):
+    def forward(self, gx, layer: LayerInputs, *, x=None, w=None, xb=None,
+                into: Saved | None = None) -> Saved:
         """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
 
-        ``R`` ``[D][G*H][K]``; ``hb``, ``peep`` ``[D][G*H]``; ``mask`` ``[T][N][D*H]``; ``lens``
-        int32 ``[N]``; ``w_proj`` ``[D][P][H]``. Returns a dict with ``sav`` (= ``gx``), ``y``
-        ``[T][N][D*K]``, ``cs`` (LSTM) and ``hs`` (projection: h before it).
+        ``layer``: the weights, initial states, mask and lengths (:class:`LayerInputs`). Returns
+        a :class:`Saved` with ``sav`` (= ``gx``), ``y`` ``[T][N][D*K]``, ``cs`` (LSTM) and
+        ``hs`` (projection: h before it).
 
         Instead of ``gx`` (None), the source ``x`` ``[T][N][I]``, the input weight ``w``
         ``[D][G*H][I]`` and the input bias ``xb`` ``[D][G*H]`` (or None) may be given: a layer
@@ -359,11 +417,12 @@ class Recurrence:
         and no gx round trip; tiny LSTM forward 25-30 % faster), any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
 
-        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a dict with any of those
-        keys, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
+        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
+        those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         q, dt = self.device.queue, self.dtype
+        R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
@@ -376,28 +435,27 @@ class Recurrence:
                                       xb).reshape((T, N, D * G * H))
             else:
                 gx = empty(q, (T, N, D * G * H), dt)
-        into = into or {}
+        into = into or Saved()
 
-        def result(name, width):
-            given = into.get(name)
+        def result(given, width):
             if given is None:
                 return empty(q, (T, N, width), dt)
-            assert given.shape == (T, N, width) and given.dtype == dt, (name, given.shape)
+            assert given.shape == (T, N, width) and given.dtype == dt, given.shape
             return given
 
-        y = result("y", D * K)
-        cs = result("cs", D * H) if self.cell.has_c else None
+        y = result(into.y, D * K)
+        cs = result(into.cs, D * H) if self.cell.has_c else None
         hs = None
         if self.P:
-            hs = result("hs", D * H)
-        elif self.cell.two_phase:
+            hs = result(into.hs, D * H)
+        elif self.cell.two_phase:    # the second kernel's input: one step, not saved
             hs = empty(q, (D * N * H,), dt)
-        out = {"sav": gx, "y": y, "cs": cs, "hs": hs}
+        out = Saved(sav=gx, y=y, cs=cs, hs=hs if self.P else None)
         if T == 0 or N == 0:
             return out
         prog = self._program()
         rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
-        c0 = c0 or StateView(self._dummy, 0, 0)
+        c0 = layer.c0 or StateView(self._dummy, 0, 0)
         xargs = [self._dummy.base_data] * 3 + [_I32(0)]
         if in_kernel is not None:
             prog, I = in_kernel
@@ -405,11 +463,11 @@ class Recurrence:
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
             xargs = [x.base_data, wpk.base_data, bias.base_data, _I32(I)]
         args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
-                gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(peep),
+                gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(layer.peep),
                 y.base_data, self._or_dummy(cs), self._or_dummy(hs),
                 h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
                 c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip), *xargs]
+                self._or_dummy(layer.mask), self._or_dummy(lens), dt.type(self.clip), *xargs]
         if self._fused_launch(prog, "pyrnn_fwd_seq", args):   # always, with in_kernel
             return out
         fwd = prog.kernel("pyrnn_fwd")
@@ -424,8 +482,7 @@ class Recurrence:
             kernels.append((fb, self._step_grid(H)))
             index[fb] = 4
         if self.P:
-            wpk = self.pack(w_proj, self.P, H, 1, (0,))
-            out["wpk"] = wpk
+            wpk = self.pack(layer.w_proj, self.P, H, 1, (0,))
             pj = prog.kernel("pyrnn_proj")
             set_args(pj, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
                      hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
@@ -455,35 +512,35 @@ class Recurrence:
             return max(self.T, 1)
         return backward_chunk_steps(self.T, self.N, self.bwd_rows)
 
-    def backward(self, fwd, R, *, h0: StateView, c0: StateView | None = None, dh0: StateView,
-                 dc0: StateView | None = None, hb=None, peep=None, mask=None, lens=None,
-                 w_proj=None, dy=None, dhn: StateView | None = None,
-                 dcn: StateView | None = None, dcs=None, inputs: InputSide | None = None,
-                 dR: Target | None = None, need_dR=True, dwp: Target | None = None,
-                 full=False):
-        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict),
-        with the weight gradients accumulated as it goes. ``fwd["y"]`` may be None for an LSTM
-        or RNN without projection: h[t-1] is then computed per chunk from the saved gates (and
-        c), where the recurrent weight gradient needs it.
+    def backward(self, fwd: Saved, layer: LayerInputs, upstream: Upstream,
+                 targets: GradTargets, *, full=False) -> Gradients:
+        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s
+        :class:`Saved`), with the weight gradients accumulated as it goes. ``fwd.y`` may be None
+        for an LSTM or RNN without projection: h[t-1] is then computed per chunk from the saved
+        gates (and c), where the recurrent weight gradient needs it.
 
-        ``dy`` ``[T][N][D*K]`` (None: zero), ``dhn``/``dcn`` gradients of the final states,
-        ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0``.
+        ``layer``: the forward's :class:`LayerInputs`; ``upstream``: the gradients of the
+        outputs (:class:`Upstream`); ``targets``: where the gradients go (:class:`GradTargets`).
+        Writes ``dh0``/``dc0``.
 
         The steps run in chunks of :meth:`chunk_steps` (from the last step down); after each
         chunk, GEMMs over its rows add that chunk's share to the weight gradients:
         ``dR[d] = sum_t dgh[t, d]^T (h[t-1] . m[t])`` (into ``dR``, or a new ``[D][G*H][K]``
         array; skipped without ``need_dR``), ``dW_proj[d] = sum_t dr[t, d]^T hs[t, d]`` (into
         ``dwp``, or a new ``[D][P][H]`` array), the peephole gradient, and the gradients of
-        the input side ``gx = x W^T + b`` described by ``inputs``. The gate gradients of all
-        steps never exist at once: the workspace is bounded by the chunk, not by T.
+        the input side ``gx = x W^T + b`` described by ``targets.inputs``. The gate gradients
+        of all steps never exist at once: the workspace is bounded by the chunk, not by T.
 
         ``full``: one chunk of every step, and the gate gradients ``dgx`` (input side,
         ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell keeps them
-        apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns a dict with
-        ``dgx``/``dgh`` (None unless ``full``), ``dR``, ``dwp`` (projection) and ``dpeep``
-        (peepholes).
+        apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns :class:`Gradients`.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        R, h0, c0, hb, peep = layer.R, layer.h0, layer.c0, layer.hb, layer.peep
+        mask, lens, w_proj = layer.mask, layer.lens, layer.w_proj
+        dy, dhn, dcn, dcs = upstream.dy, upstream.dhn, upstream.dcn, upstream.dcs
+        dh0, dc0, dR, dwp = targets.dh0, targets.dc0, targets.dR, targets.dwp
+        inputs = targets.inputs
         GH, P = G * H, self.P
         q, dt, dev = self.device.queue, self.dtype, self.device
         steps = self.chunk_steps(full)
@@ -495,16 +552,17 @@ class Recurrence:
         dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.separate_dgh else dgx
         dr = temporary(dev, (rows, N, D * P), dt) if P else None
         gring = temporary(dev, (2, N, D * GH), dt) if ring else self._dummy
-        res = {"dgx": dgx if full else None, "dgh": dgh if full else None, "dR": None,
-               "dwp": None, "dpeep": None}
-        if need_dR:
-            res["dR"] = dR.array if dR is not None else empty(q, (D, GH, K), dt)
-            dR = dR or Target(res["dR"], 0, GH * K)
+        dR_out = dwp_out = dpeep = None
+        if targets.need_dR:
+            dR_out = dR.array if dR is not None else empty(q, (D, GH, K), dt)
+            dR = dR or Target(dR_out, 0, GH * K)
+        else:
+            dR = None
         if P:
-            res["dwp"] = dwp.array if dwp is not None else empty(q, (D, P, H), dt)
-            dwp = dwp or Target(res["dwp"], 0, P * H)
+            dwp_out = dwp.array if dwp is not None else empty(q, (D, P, H), dt)
+            dwp = dwp or Target(dwp_out, 0, P * H)
         if self.flags["HAS_PEEP"]:
-            res["dpeep"] = empty(q, (D * GH,), dt)
+            dpeep = empty(q, (D * GH,), dt)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
             fill(inputs.dx, 0)    # both directions add to every step, in different chunks
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
@@ -525,7 +583,7 @@ class Recurrence:
         # the direct-path carries between consecutive steps: a ring of two steps
         carry_h = temporary(dev, (2, N, D * H), dt)
         carry_c = temporary(dev, (2, N, D * H), dt) if self.cell.has_c else None
-        rpk = fwd.get("rpk")
+        rpk = None
         if self.cell.needs_hn and T and N:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         # transposed packs for the reductions dh = dgh R (and dh = dr W_proj); rows that add
@@ -535,10 +593,10 @@ class Recurrence:
             rt = self.pack_t(R, G * H, K)
             wt = self.pack_t(w_proj, P, H) if P else rt
         zrow = read_only_zeros(dev, dt, max(GH, K))
-        if fwd["y"] is None and (self.cell.bwd_needs_y or P):
-            raise ValueError(f"Recurrence.backward: fwd['y'] is needed for a {self.cell.kind} "
+        if fwd.y is None and (self.cell.bwd_needs_y or P):
+            raise ValueError(f"Recurrence.backward: fwd.y is needed for a {self.cell.kind} "
                              "cell or a projection (h cannot be rebuilt from the saved gates)")
-        y = fwd["y"] if T and fwd["y"] is not None else self._dummy
+        y = fwd.y if T and fwd.y is not None else self._dummy
 
         def chunk_args(s_lo, s_hi):
             return [_I32(s_lo), _I32(s_hi), _I32(ring), gring.base_data]
@@ -552,10 +610,10 @@ class Recurrence:
 
         def bwd_args(s, s_lo, s_hi):
             return [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(s),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
+                    fwd.sav.base_data, dgx.base_data, dgh.base_data, wt.base_data,
                     zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
                     self._or_dummy(peep), y.base_data,
-                    self._or_dummy(fwd.get("cs") if T else None),
+                    self._or_dummy(fwd.cs if T else None),
                     self._or_dummy(dr if P else dy),
                     dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
                     dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
@@ -569,7 +627,7 @@ class Recurrence:
 
         def bwd_b_args(s, s_lo, s_hi):
             return [_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(s),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
+                    fwd.sav.base_data, dgx.base_data, dgh.base_data, rt.base_data,
                     zrow.base_data, y.base_data, carry_h.base_data,
                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
                     self._or_dummy(lens), *chunk_args(s_lo, s_hi)]
@@ -582,11 +640,12 @@ class Recurrence:
                 self._backward_chunk(prog, s_lo, s_hi, bwd_args, bwd_b_args,
                                      proj_args if P else None)
             chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
-            self._chunk_weight_gradients(chunk, fwd, res, dR, dwp, h0=h0, c0=c0, mask=mask,
+            self._chunk_weight_gradients(chunk, fwd, dpeep, dR, dwp, h0=h0, c0=c0, mask=mask,
                                          lens=lens)
             if inputs is not None:
                 self._chunk_input_gradients(chunk, inputs)
-        return res
+        return Gradients(dgx=dgx if full else None, dgh=dgh if full else None, dR=dR_out,
+                         dwp=dwp_out, dpeep=dpeep)
 
     def _backward_chunk(self, prog, s_lo, s_hi, bwd_args, bwd_b_args, proj_args):
         """Enqueue the steps ``s_hi-1 .. s_lo`` of the backward (and, in the last chunk, the
@@ -622,7 +681,7 @@ class Recurrence:
             return self.T - chunk.s_hi, self.T - chunk.s_lo
         return chunk.s_lo, chunk.s_hi
 
-    def _chunk_weight_gradients(self, chunk, fwd, res, dR, dwp, *, h0, c0, mask, lens):
+    def _chunk_weight_gradients(self, chunk, fwd: Saved, dpeep, dR, dwp, *, h0, c0, mask, lens):
         """Add ``chunk``'s share to ``dR``, ``dW_proj`` and the peephole gradient (the first
         chunk overwrites them)."""
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
@@ -632,7 +691,7 @@ class Recurrence:
         rows = n * N
         if dR is not None:
             if mask is None and lens is None and not self.cell.two_phase \
-                    and fwd["y"] is not None:
+                    and fwd.y is not None:
                 # h[t-1] is y at the previous step (h0 at the first one): GEMMs on y shifted
                 # by one step, no gathered copy
                 for d in range(D):
@@ -643,7 +702,7 @@ class Recurrence:
                     else:       # t reads y[t-1], t = 0 reads h0
                         ya, yb, t_h0, shift = max(t0, 1), t1, 0, -1
                     c_off = dR.offset + d * dR.stride
-                    gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd["y"], dR.array,
+                    gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd.y, dR.array,
                          trans_a=True, a_offset=(ya - t0) * N * D * GH + d * GH, lda=D * GH,
                          b_offset=max(ya + shift, 0) * N * D * K + d * K, ldb=D * K,
                          c_offset=c_off, beta=beta, k_block=WEIGHT_GRADIENT_K_BLOCK)
@@ -668,19 +727,19 @@ class Recurrence:
         if P:
             for d in range(D):
                 t0, _ = self._chunk_times(chunk, d)
-                gemm(dev, dt, P, H, rows, chunk.dr, fwd["hs"], dwp.array, trans_a=True,
+                gemm(dev, dt, P, H, rows, chunk.dr, fwd.hs, dwp.array, trans_a=True,
                      a_offset=d * P, lda=D * P, b_offset=t0 * N * D * H + d * H, ldb=D * H,
                      c_offset=dwp.offset + d * dwp.stride, beta=beta,
                      k_block=WEIGHT_GRADIENT_K_BLOCK)
-        if res["dpeep"] is not None:
+        if dpeep is not None:
             pg = self._program().kernel("pyrnn_peep_grad")
             set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(chunk.s_lo),
                      _I32(chunk.s_hi), dt.type(beta), chunk.dgx.base_data,
-                     self._or_dummy(fwd.get("cs") if T else None), c0.array.base_data,
-                     _I64(c0.sd), _I64(c0.sn), self._or_dummy(lens), res["dpeep"].base_data)
+                     self._or_dummy(fwd.cs if T else None), c0.array.base_data,
+                     _I64(c0.sd), _I64(c0.sn), self._or_dummy(lens), dpeep.base_data)
             enqueue(q, pg, (H, G, D))
 
-    def _gather_hin(self, chunk, fwd, h0, mask, lens):
+    def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
         two-phase cell ``hr = hin . g`` (g its late gate, a GRU's r): the right-hand sides of
         the recurrent weight gradient where lengths, a mask or the late gate make them differ
@@ -693,10 +752,10 @@ class Recurrence:
         if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
             set_args(knl, _I32(self.T), _I32(N), _I32(K), _I32(self.rev_mask),
-                     _I32(chunk.s_lo), _I32(chunk.s_hi), self._or_dummy(fwd["y"]),
+                     _I32(chunk.s_lo), _I32(chunk.s_hi), self._or_dummy(fwd.y),
                      h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                     self._or_dummy(lens), fwd["sav"].base_data, self._or_dummy(fwd.get("cs")),
-                     _I32(fwd["y"] is None), hin.base_data, self._or_dummy(hr))
+                     self._or_dummy(lens), fwd.sav.base_data, self._or_dummy(fwd.cs),
+                     _I32(fwd.y is None), hin.base_data, self._or_dummy(hr))
             enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 

@@ -165,18 +165,19 @@ def test_sequence_lengths(device, cell):
     c0 = view(dev(inputs["init_cell"])) if kind == "lstm" else None
     rec = engine.Recurrence(device, dt, spec, T=T, N=N, H=H, D=D, rev_mask=0b10, has_mask=True,
                             has_len=True, has_hb=hb is not None, has_peep=peep is not None)
-    fwd = rec.forward(gx, R_d, h0=h0, c0=c0, hb=hb, peep=peep, mask=mask, lens=lens_d)
+    layer = engine.LayerInputs(R_d, h0, c0=c0, hb=hb, peep=peep, mask=mask, lens=lens_d)
+    fwd = rec.forward(gx, layer)
     hn = view(cla.empty(q, (N, D * H), dt))
-    rec.final_state(fwd["y"], H, h0, hn, lens=lens_d)
+    rec.final_state(fwd.y, H, h0, hn, lens=lens_d)
     if kind == "lstm":
         cn = view(cla.empty(q, (N, D * H), dt))
-        rec.final_state(fwd["cs"], H, c0, cn, lens=lens_d)
+        rec.final_state(fwd.cs, H, c0, cn, lens=lens_d)
     dh0 = view(cla.empty(q, (N, D * H), dt))
     dc0 = view(cla.empty(q, (N, D * H), dt)) if kind == "lstm" else None
-    grads = rec.backward(fwd, R_d, h0=h0, c0=c0, dh0=dh0, dc0=dc0, hb=hb, peep=peep, mask=mask,
-                         lens=lens_d, dy=dev(dy), dhn=view(dev(dhn)),
-                         dcn=view(dev(dcn)) if dcn is not None else None, full=True)
-    dR = grads["dR"]
+    upstream = engine.Upstream(dy=dev(dy), dhn=view(dev(dhn)),
+                               dcn=view(dev(dcn)) if dcn is not None else None)
+    grads = rec.backward(fwd, layer, upstream, engine.GradTargets(dh0, dc0=dc0), full=True)
+    dR = grads.dR
 
     # ---- the reference, row by row on the valid prefix
     y_ref = np.zeros((T, N, D * H))
@@ -216,15 +217,15 @@ def test_sequence_lengths(device, cell):
             dpeep_ref += g["peephole"]
             dc0_ref[n] = g["init_cell"][0]
 
-    assert_close(fwd["y"].get(), y_ref, what="y")
+    assert_close(fwd.y.get(), y_ref, what="y")
     assert_close(hn.array.get(), hn_ref, what="final h")
-    assert_close(grads["dgx"].get(), dgx_ref, what="dgx", part="gradient")
+    assert_close(grads.dgx.get(), dgx_ref, what="dgx", part="gradient")
     assert_close(dR.get().reshape(dR_ref.shape), dR_ref, what="dR", part="gradient")
     assert_close(dh0.array.get(), dh0_ref, what="dh0", part="gradient")
     if kind == "lstm":
-        assert_close(fwd["cs"].get(), c_ref, what="c")
+        assert_close(fwd.cs.get(), c_ref, what="c")
         assert_close(cn.array.get(), cn_ref, what="final c")
-        assert_close(grads["dpeep"].get().reshape(D, 4 * H), dpeep_ref, what="dpeep",
+        assert_close(grads.dpeep.get().reshape(D, 4 * H), dpeep_ref, what="dpeep",
                      part="gradient")
         assert_close(dc0.array.get(), dc0_ref, what="dc0", part="gradient")
 
