@@ -39,8 +39,9 @@ import pyopencl.array as cla
 from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
 from .cells import CellSpec
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
+from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
-from .programs import enqueue, get_program, set_args
+from .programs import enqueue, get_program
 from .sources import dtype_code
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
@@ -164,7 +165,7 @@ def add_rows(device, dtype, a, rows, cols, b):
         return
     vw = _util_width(dtype, cols)
     knl = util_program(device, dtype, vw).kernel("pyrnn_add_rows")
-    set_args(knl, a.base_data, _I32(cols), b.base_data)
+    _util_sig("pyrnn_add_rows").set(knl, a=a.base_data, cols=_I32(cols), b=b.base_data)
     enqueue(device.queue, knl, (cols // vw, rows))
 
 
@@ -174,7 +175,7 @@ def act_map(device, dtype, y, x, kind):
         return
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_act_map")
-    set_args(knl, y.base_data, x.base_data, _I32(kind))
+    _util_sig("pyrnn_act_map").set(knl, y=y.base_data, x=x.base_data, kind=_I32(kind))
     enqueue(device.queue, knl, (y.size // vw,))
 
 
@@ -185,7 +186,7 @@ def multiply(device, dtype, y, a, b):
         return
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_mul")
-    set_args(knl, y.base_data, a.base_data, b.base_data)
+    _util_sig("pyrnn_mul").set(knl, y=y.base_data, a=a.base_data, b=b.base_data)
     enqueue(device.queue, knl, (y.size // vw,))
 
 
@@ -196,8 +197,11 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
         return
     knl = util_program(device, dtype).kernel("pyrnn_copy3")
     real = np.dtype(dtype).type
-    set_args(knl, dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
-             _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
+    ds0, ds1, ds2 = (_I64(s) for s in d_strides)
+    ss0, ss1, ss2 = (_I64(s) for s in s_strides)
+    _util_sig("pyrnn_copy3").set(knl, dst=dst.base_data, d_off=_I64(d_off), ds0=ds0, ds1=ds1,
+                                 ds2=ds2, src=src.base_data, s_off=_I64(s_off), ss0=ss0,
+                                 ss1=ss1, ss2=ss2, alpha=real(alpha), beta=real(beta))
     enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
 
 
@@ -210,16 +214,32 @@ def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None
     return gx
 
 
+def _sig(kernel: str) -> KernelSignature:
+    """The signature of ``kernel`` of ``cl/recurrence.cl`` (arguments by name)."""
+    return kernel_signature("recurrence.cl", kernel)
+
+
+def _util_sig(kernel: str) -> KernelSignature:
+    """The signature of ``kernel`` of ``cl/util.cl``."""
+    return kernel_signature("util.cl", kernel)
+
+
+def _state_args(name: str, view: StateView) -> dict[str, object]:
+    """The three kernel arguments of state ``name``: its buffer and ``name_sd``/``name_sn``."""
+    return {name: view.array.base_data, f"{name}_sd": _I64(view.sd), f"{name}_sn": _I64(view.sn)}
+
+
 def _dummy(device, dtype):
     """A buffer passed for absent optional inputs (kernels never read it)."""
     return read_only_zeros(device, dtype, 1)
 
 
 def _int_arg_setter(knl, index):
-    """A function setting int32 argument ``index`` of ``knl``: the step loop's only per-launch
-    argument. pyopencl's ``Kernel.set_arg`` first dispatches on the argument's Python type,
-    measured at 18-57 us a call on PoCL (more than the launch itself); the buffer entry point
-    it ends in (``_set_arg_buf``, the one pyopencl's generated ``set_args`` uses) takes < 1 us.
+    """A function setting int32 argument ``index`` of ``knl`` (the step loop's only per-launch
+    argument, found by name: :meth:`KernelSignature.position`). pyopencl's ``Kernel.set_arg``
+    first dispatches on the argument's Python type, measured at 18-57 us a call on PoCL (more
+    than the launch itself); the buffer entry point it ends in (``_set_arg_buf``, the one
+    pyopencl's generated ``set_args`` uses) takes < 1 us.
     Falls back to ``set_arg`` on a pyopencl without it."""
     fast = getattr(knl, "_set_arg_buf", None)
     if fast is None:
@@ -358,24 +378,32 @@ class Recurrence:
         direction."""
         return self.fused and self.H // self.vw <= prog.work_group_size(name)
 
-    def _fused_launch(self, prog, name, args):
-        """Launch the whole-sequence kernel ``name`` (``args`` with ``T`` in the step slot) when
+    def _fused_launch(self, prog, name, args: dict[str, object]) -> bool:
+        """Launch the whole-sequence kernel ``name`` with ``args`` (every argument by name) when
         :meth:`_whole_sequence` allows; returns whether it did (else the caller runs the step
         loop)."""
         if not self._whole_sequence(prog, name):
             return False
         knl = prog.kernel(name)
-        set_args(knl, *args)
+        _sig(name).set(knl, **args)
         grid, _ = self._step_grid(self.H)
         enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
-    def _run_steps(self, kernels, step_arg_index, steps):
-        """Enqueue ``kernels`` (list of (kernel, (global, local))) for every step in ``steps``;
-        only the step index argument changes between launches."""
+    def _step_kernel(self, prog, name, width, args: dict[str, object]):
+        """``(kernel, step argument position, (global, local))``: step kernel ``name`` with
+        ``args`` set by name (``s``, the step, set per launch by :meth:`_run_steps`), over
+        ``width`` units."""
+        knl, sig = prog.kernel(name), _sig(name)
+        sig.set(knl, s=_I32(0), **args)
+        return knl, sig.position("s"), self._step_grid(width)
+
+    def _run_steps(self, kernels, steps):
+        """Enqueue ``kernels`` (list of :meth:`_step_kernel`'s triples) for every step in
+        ``steps``; only the step index argument changes between launches."""
         q = self.device.queue
-        plan = [(knl, _int_arg_setter(knl, step_arg_index[knl]), grid, local)
-                for knl, (grid, local) in kernels]
+        plan = [(knl, _int_arg_setter(knl, index), grid, local)
+                for knl, index, (grid, local) in kernels]
         for s in steps:
             for knl, set_step, grid, local in plan:
                 set_step(s)
@@ -386,9 +414,10 @@ class Recurrence:
         product's layout: per column, the G gate vectors of VW units side by side)."""
         packed = temporary(self.device, (self.D * G * rows * width,), self.dtype)
         knl = self._program().kernel("pyrnn_pack")
-        blk = list(blocks) + [0] * (4 - len(blocks))
-        set_args(knl, _I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
-                 weight.base_data, packed.base_data)
+        blk0, blk1, blk2, blk3 = (_I32(b) for b in list(blocks) + [0] * (4 - len(blocks)))
+        _sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
+                               blk1=blk1, blk2=blk2, blk3=blk3, R=weight.base_data,
+                               rpk=packed.base_data)
         enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
@@ -397,7 +426,8 @@ class Recurrence:
         backward reductions' layout: each work-item streams one contiguous slab)."""
         packed = temporary(self.device, (self.D * rows * cols,), self.dtype)
         knl = self._program().kernel("pyrnn_pack_t")
-        set_args(knl, _I32(rows), _I32(cols), weight.base_data, packed.base_data)
+        _sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=weight.base_data,
+                                 wt=packed.base_data)
         enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
         return packed
 
@@ -456,39 +486,36 @@ class Recurrence:
         prog = self._program()
         rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         c0 = layer.c0 or StateView(self._dummy, 0, 0)
-        xargs = [self._dummy.base_data] * 3 + [_I32(0)]
+        # the input projection inside the kernel (HAS_XW), or absent
+        xargs = dict(xs=self._dummy.base_data, wpk=self._dummy.base_data,
+                     xb=self._dummy.base_data, I=_I32(0))
         if in_kernel is not None:
             prog, I = in_kernel
             wpk = self.pack(w, H, I, G, self.cell.gate_blocks)
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
-            xargs = [x.base_data, wpk.base_data, bias.base_data, _I32(I)]
-        args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
-                gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(layer.peep),
-                y.base_data, self._or_dummy(cs), self._or_dummy(hs),
-                h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                self._or_dummy(layer.mask), self._or_dummy(lens), dt.type(self.clip), *xargs]
-        if self._fused_launch(prog, "pyrnn_fwd_seq", args):   # always, with in_kernel
-            return out
-        fwd = prog.kernel("pyrnn_fwd")
-        set_args(fwd, *args)
-        kernels = [(fwd, self._step_grid(H))]
-        index = {fwd: 5}
+            xargs = dict(xs=x.base_data, wpk=wpk.base_data, xb=bias.base_data, I=_I32(I))
+        base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
+        lens_arg = self._or_dummy(lens)
+        args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
+                    peep=self._or_dummy(layer.peep), y=y.base_data, cs=self._or_dummy(cs),
+                    hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
+                    mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
+                    **xargs)
+        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T))):
+            return out      # (always, with in_kernel)
+        kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
-            fb = prog.kernel("pyrnn_fwd_b")
-            set_args(fb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
-                     rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
-                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
-            kernels.append((fb, self._step_grid(H)))
-            index[fb] = 4
+            kernels.append(self._step_kernel(
+                prog, "pyrnn_fwd_b", H,
+                dict(base, gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
+                     y=y.base_data, hs=hs.base_data, **_state_args("h0", h0), lens=lens_arg)))
         if self.P:
             wpk = self.pack(layer.w_proj, self.P, H, 1, (0,))
-            pj = prog.kernel("pyrnn_proj")
-            set_args(pj, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                     hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
-            kernels.append((pj, self._step_grid(self.P)))
-            index[pj] = 5
-        self._run_steps(kernels, index, range(T))
+            kernels.append(self._step_kernel(
+                prog, "pyrnn_proj", self.P,
+                dict(base, P=_I32(self.P), hs=hs.base_data, wpk=wpk.base_data, y=y.base_data,
+                     lens=lens_arg)))
+        self._run_steps(kernels, range(T))
         return out
 
     def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
@@ -498,9 +525,11 @@ class Recurrence:
             return
         knl = self._program().kernel("pyrnn_final")
         src = self._dummy if seq is None or T == 0 else seq
-        set_args(knl, _I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
-                 init.array.base_data, _I64(init.sd), _I64(init.sn),
-                 out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
+        _sig("pyrnn_final").set(knl, T=_I32(T), N=_I32(N), W=_I32(width),
+                                rev_mask=_I32(self.rev_mask), src=src.base_data,
+                                init=init.array.base_data, i_sd=_I64(init.sd),
+                                i_sn=_I64(init.sn), out=out.array.base_data, o_sd=_I64(out.sd),
+                                o_sn=_I64(out.sn), lens=self._or_dummy(lens))
         enqueue(self.device.queue, knl, (width, N, D))
 
     # -- backward ---------------------------------------------------------------------------
@@ -598,47 +627,38 @@ class Recurrence:
                              "cell or a projection (h cannot be rebuilt from the saved gates)")
         y = fwd.y if T and fwd.y is not None else self._dummy
 
-        def chunk_args(s_lo, s_hi):
-            return [_I32(s_lo), _I32(s_hi), _I32(ring), gring.base_data]
-
-        def proj_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(P), _I32(self.rev_mask), _I32(s),
-                    dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
-                    dr.base_data, dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
-                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens),
-                    *chunk_args(s_lo, s_hi)]
-
-        def bwd_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(s),
-                    fwd.sav.base_data, dgx.base_data, dgh.base_data, wt.base_data,
-                    zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
-                    self._or_dummy(peep), y.base_data,
-                    self._or_dummy(fwd.cs if T else None),
-                    self._or_dummy(dr if P else dy),
-                    dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
-                    dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
-                    self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
-                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
-                    dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
-                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                    c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip),
-                    *chunk_args(s_lo, s_hi)]
-
-        def bwd_b_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(s),
-                    fwd.sav.base_data, dgx.base_data, dgh.base_data, rt.base_data,
-                    zrow.base_data, y.base_data, carry_h.base_data,
-                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                    self._or_dummy(lens), *chunk_args(s_lo, s_hi)]
+        # every argument by name but the chunk's steps (s_lo, s_hi) and the step s (no rows:
+        # no step kernels)
+        bwd = bwd_b = proj = None
+        if N:
+            base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
+                        ring=_I32(ring), gring=gring.base_data, lens=self._or_dummy(lens))
+            if P:
+                proj = dict(base, P=_I32(P), dgh=dgh.base_data, rt=rt.base_data,
+                            zrow=zrow.base_data, dy=self._or_dummy(dy), dr=dr.base_data,
+                            **_state_args("dhn", dhn), **_state_args("dh0", dh0))
+            bwd = dict(base, K=_I32(K), sav=fwd.sav.base_data, dgx=dgx.base_data,
+                       dgh=dgh.base_data, wt=wt.base_data, zrow=zrow.base_data,
+                       rpk=self._or_dummy(rpk), hb=self._or_dummy(hb), peep=self._or_dummy(peep),
+                       y=y.base_data, cs=self._or_dummy(fwd.cs if T else None),
+                       dy=self._or_dummy(dr if P else dy), **_state_args("dhn", dhn),
+                       **_state_args("dcn", dcn_v), dcs=self._or_dummy(dcs),
+                       carry_h=carry_h.base_data, carry_c=self._or_dummy(carry_c),
+                       **_state_args("dh0", dh0), **_state_args("dc0", dc0),
+                       **_state_args("h0", h0), **_state_args("c0", c0),
+                       mask=self._or_dummy(mask), clip=dt.type(self.clip))
+            if self.cell.two_phase:
+                bwd_b = dict(base, sav=fwd.sav.base_data, dgx=dgx.base_data, dgh=dgh.base_data,
+                             rt=rt.base_data, zrow=zrow.base_data, y=y.base_data,
+                             carry_h=carry_h.base_data, **_state_args("h0", h0),
+                             mask=self._or_dummy(mask))
 
         # chunks from the last step down (T = 0: one empty chunk, for the pseudo-step and the
         # zero weight gradients)
         bounds = [(max(0, hi - steps), hi) for hi in range(T, 0, -steps)] or [(0, 0)]
         for s_lo, s_hi in bounds:
             if N:
-                self._backward_chunk(prog, s_lo, s_hi, bwd_args, bwd_b_args,
-                                     proj_args if P else None)
+                self._backward_chunk(prog, s_lo, s_hi, bwd, bwd_b, proj)
             chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
             self._chunk_weight_gradients(chunk, fwd, dpeep, dR, dwp, h0=h0, c0=c0, mask=mask,
                                          lens=lens)
@@ -647,33 +667,28 @@ class Recurrence:
         return Gradients(dgx=dgx if full else None, dgh=dgh if full else None, dR=dR_out,
                          dwp=dwp_out, dpeep=dpeep)
 
-    def _backward_chunk(self, prog, s_lo, s_hi, bwd_args, bwd_b_args, proj_args):
+    def _backward_chunk(self, prog, s_lo, s_hi, bwd: dict[str, object],
+                        bwd_b: dict[str, object] | None, proj: dict[str, object] | None):
         """Enqueue the steps ``s_hi-1 .. s_lo`` of the backward (and, in the last chunk, the
         pseudo-step -1 that writes the gradients of h0 and c0): one launch for the chunk when
         :meth:`_whole_sequence` allows, else per step the projection, cell and second GRU
-        kernels."""
+        kernels. ``bwd``, ``bwd_b`` (two-phase cells) and ``proj`` (projection): the arguments
+        of those kernels by name, but the steps."""
         H, last = self.H, s_lo == 0
-        if self._fused_launch(prog, "pyrnn_bwd_seq", bwd_args(-1 if last else s_lo, s_lo, s_hi)):
+        span = dict(s_lo=_I32(s_lo), s_hi=_I32(s_hi))
+        if self._fused_launch(prog, "pyrnn_bwd_seq",
+                              dict(bwd, s_last=_I32(-1 if last else s_lo), **span)):
             return
-        kernels, index = [], {}
-        bb = None
-        if proj_args is not None:
-            bp = prog.kernel("pyrnn_bwd_proj")
-            set_args(bp, *proj_args(0, s_lo, s_hi))
-            kernels.append((bp, self._step_grid(self.P)))
-            index[bp] = 5
-        bw = prog.kernel("pyrnn_bwd")
-        set_args(bw, *bwd_args(0, s_lo, s_hi))
-        kernels.append((bw, self._step_grid(H)))
-        index[bw] = 5
-        if self.cell.two_phase:
-            bb = prog.kernel("pyrnn_bwd_b")
-            set_args(bb, *bwd_b_args(0, s_lo, s_hi))
-            kernels.append((bb, self._step_grid(H)))
-            index[bb] = 4
-        self._run_steps(kernels, index, range(s_hi - 1, s_lo - 1, -1))
+        kernels = []
+        if proj is not None:
+            kernels.append(self._step_kernel(prog, "pyrnn_bwd_proj", self.P, dict(proj, **span)))
+        kernels.append(self._step_kernel(prog, "pyrnn_bwd", H, dict(bwd, **span)))
+        first_phase = list(kernels)
+        if bwd_b is not None:
+            kernels.append(self._step_kernel(prog, "pyrnn_bwd_b", H, dict(bwd_b, **span)))
+        self._run_steps(kernels, range(s_hi - 1, s_lo - 1, -1))
         if last:   # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
-            self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
+            self._run_steps(first_phase, [-1])
 
     def _chunk_times(self, chunk, d):
         """``(t0, t1)``: the times of direction ``d`` in ``chunk`` (row 0 holds ``t0``)."""
@@ -733,10 +748,11 @@ class Recurrence:
                      k_block=WEIGHT_GRADIENT_K_BLOCK)
         if dpeep is not None:
             pg = self._program().kernel("pyrnn_peep_grad")
-            set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(chunk.s_lo),
-                     _I32(chunk.s_hi), dt.type(beta), chunk.dgx.base_data,
-                     self._or_dummy(fwd.cs if T else None), c0.array.base_data,
-                     _I64(c0.sd), _I64(c0.sn), self._or_dummy(lens), dpeep.base_data)
+            _sig("pyrnn_peep_grad").set(
+                pg, T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
+                s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), beta=dt.type(beta),
+                dgx=chunk.dgx.base_data, cs=self._or_dummy(fwd.cs if T else None),
+                **_state_args("c0", c0), lens=self._or_dummy(lens), dpeep=dpeep.base_data)
             enqueue(q, pg, (H, G, D))
 
     def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens):
@@ -751,11 +767,12 @@ class Recurrence:
         hr = temporary(dev, (max(n, 1), N, D * K), dt) if self.cell.two_phase else None
         if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
-            set_args(knl, _I32(self.T), _I32(N), _I32(K), _I32(self.rev_mask),
-                     _I32(chunk.s_lo), _I32(chunk.s_hi), self._or_dummy(fwd.y),
-                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                     self._or_dummy(lens), fwd.sav.base_data, self._or_dummy(fwd.cs),
-                     _I32(fwd.y is None), hin.base_data, self._or_dummy(hr))
+            _sig("pyrnn_gather_hin").set(
+                knl, T=_I32(self.T), N=_I32(N), K=_I32(K), rev_mask=_I32(self.rev_mask),
+                s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), y=self._or_dummy(fwd.y),
+                **_state_args("h0", h0), mask=self._or_dummy(mask), lens=self._or_dummy(lens),
+                sav=fwd.sav.base_data, cs=self._or_dummy(fwd.cs), from_sav=_I32(fwd.y is None),
+                hin=hin.base_data, hr=self._or_dummy(hr))
             enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 
