@@ -6,7 +6,7 @@ A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
    bias added in its store): ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]``
    (gate blocks in the caller's order). Dialects without input weights fill ``gx`` themselves
    (MPSGraph ``input_weight=None``, cuDNN ``skip_input``). A layer that runs the whole sequence
-   in one launch (:func:`_whole_sequence_fits`), given ``x`` and ``W`` instead
+   in one launch (:func:`pyrnn_cl.plan._whole_sequence_fits`), given ``x`` and ``W`` instead
    (:meth:`Recurrence.forward`), computes ``x[t] W^T + b_x`` inside that kernel from ``W``
    packed like ``R`` (``HAS_XW``): no GEMM launch, no gx round trip.
 2. **One fused kernel per step** (``pyrnn_fwd`` in ``cl/recurrence.cl``): the recurrent product
@@ -24,7 +24,12 @@ The whole sequence is enqueued on one in-order queue with kernel arguments set o
 step index changes between launches, and the host never waits inside the loop.
 
 Buffers are :class:`pyopencl.array.Array` objects, contiguous, with zero offset; layouts are
-described in :mod:`pyrnn_cl.layout`. Values that live only inside one call (packed weights,
+described in :mod:`pyrnn_cl.layout`. A layer's shapes, launch choices and the size of every
+buffer it allocates come from its :class:`pyrnn_cl.plan.LayerPlan`, computed once; every
+allocation goes through :meth:`Recurrence._new` under the plan's name for it. Kernel arguments
+are set by name (:mod:`pyrnn_cl.kernel_args`); a forward returns a :class:`Saved`, which a
+backward takes with grouped inputs (:class:`LayerInputs`, :class:`Upstream`,
+:class:`GradTargets`). Values that live only inside one call (packed weights,
 carries, gathered step inputs) come from a per-device memory pool (``_arrays.temporary``);
 absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 """
@@ -41,6 +46,7 @@ from .cells import CellSpec
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
+from .plan import LayerPlan, _vector_width
 from .programs import enqueue, get_program
 from .sources import dtype_code
 
@@ -205,11 +211,11 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
     enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
 
 
-def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None):
+def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None, out=None):
     """``gx = x W^T (+ b)``: ``x`` ``[rows][width]``, ``weight`` ``[out_width][width]``, bias
-    ``[out_width]``; returns a new ``[rows][out_width]`` array (one GEMM for every step, the
-    bias added in its store)."""
-    gx = empty(device.queue, (rows, out_width), dtype)
+    ``[out_width]``; returns a new ``[rows][out_width]`` array, or ``out`` (one GEMM for every
+    step, the bias added in its store)."""
+    gx = empty(device.queue, (rows, out_width), dtype) if out is None else out
     gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True, bias=bias)
     return gx
 
@@ -247,41 +253,6 @@ def _int_arg_setter(knl, index):
     return lambda value: fast(index, _I32(value))
 
 
-def _vector_width(limit, *sizes):
-    """The largest of 16, 8, 4, 2, 1 not above ``limit`` that divides every size."""
-    for vw in (16, 8, 4, 2, 1):
-        if vw <= limit and all(s % vw == 0 for s in sizes):
-            return vw
-    return 1
-
-
-def backward_chunk_steps(T, N, rows):
-    """Steps per backward chunk for ``rows`` (``REC_BWD_ROWS``) rows of gate gradients of
-    ``N`` rows each: ``ceil(rows / N)``, at least one, at most ``T``."""
-    return max(1, min(T, -(-rows // max(N, 1))))
-
-
-def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
-    """Whether a layer whose step is one kernel runs the whole sequence in one launch (one
-    work-group per ``REC_NB`` batch rows and direction, holding every unit; a barrier between
-    steps) instead of one launch per step. Tuning values (0: off):
-
-    * ``REC_SEQ_BYTES``: always when one direction's ``R`` has at most this many bytes; such
-      layers are bound by launch and host time.
-    * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES``: a larger ``R``, up to
-      ``REC_SEQ_MAX_BYTES``, when the launch still has a work-group per compute unit and
-      ``groups x R`` (what the groups stream from cache every step: each reads all of its
-      direction's ``R``, where per-step launches let neighbouring batch groups share a slab)
-      is at most ``REC_SEQ_STREAM_BYTES``.
-    """
-    if r_bytes <= 0:
-        return False
-    if r_bytes <= int(tuning.get("REC_SEQ_BYTES", 0)):
-        return True
-    return (r_bytes <= int(tuning.get("REC_SEQ_MAX_BYTES", 0)) and groups >= compute_units
-            and groups * r_bytes <= int(tuning.get("REC_SEQ_STREAM_BYTES", 0)))
-
-
 class Recurrence:
     """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
 
@@ -293,27 +264,21 @@ class Recurrence:
     def __init__(self, device, dtype, cell: CellSpec, *, T, N, H, D=1, P=0, rev_mask=0,
                  has_mask=False, has_len=False, has_hb=False, has_peep=False, clip=0.0):
         self.device, self.dtype, self.cell = device, np.dtype(dtype), cell
-        self.T, self.N, self.H, self.D, self.P = int(T), int(N), int(H), int(D), int(P)
-        self.K = self.P or self.H
+        #: shapes, launch choices and buffer sizes, computed once (:class:`LayerPlan`)
+        self.plan = plan = LayerPlan.for_device(cell, self.dtype, device.tuning("recurrence"),
+                                                device.info.compute_units, T=T, N=N, H=H, D=D,
+                                                P=P)
+        self.T, self.N, self.H, self.D, self.P = plan.T, plan.N, plan.H, plan.D, plan.P
+        self.K, self.G = plan.K, plan.G
         self.rev_mask = int(rev_mask)
         self.flags = dict(HAS_MASK=int(has_mask), HAS_LEN=int(has_len), HAS_HB=int(has_hb),
                           HAS_PEEP=int(has_peep), HAS_PROJ=int(bool(P)))
         self.clip = float(clip)
-        tuning = device.tuning("recurrence")
-        limit = int(tuning["REC_VW"] if self.dtype == np.float32 else tuning["REC_VW_F64"])
-        self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
-        # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
-        nb = max(1, int(tuning["REC_NB"]))
-        self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
-        # work-items per group along the batch-group dimension (0: the driver chooses)
-        self.wg = max(0, int(tuning["REC_WG"]))
-        self.fused = (not self.P and not cell.two_phase
-                      and _whole_sequence_fits(tuning, device.info.compute_units,
-                                               cell.G * self.H * self.K * self.dtype.itemsize,
-                                               self.D * ((self.N + self.nb - 1) // self.nb)))
-        # rows (steps x N) of gate gradients per backward chunk
-        self.bwd_rows = max(1, int(tuning["REC_BWD_ROWS"]))
-        self.G = cell.G
+        # units and batch rows per work-item, work-items per group along the batch-group
+        # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
+        # gradients per backward chunk
+        self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self.bwd_rows = plan.bwd_rows
         self._programs = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
@@ -328,18 +293,20 @@ class Recurrence:
         """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
         the sequence buffers of a forward (or forward + backward with chunks of ``steps``)
         cannot fit the device."""
-        T, N, H, D, K, G, P = self.T, self.N, self.H, self.D, self.K, self.G, self.P
-        seq, chunk = T * N * D, steps * N * D
-        bufs = [seq * G * H, seq * K, D * G * H * K]                 # gx, y, packed R
-        bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
-        if backward:
-            bufs += [chunk * G * H, 2 * N * D * H, chunk * K]        # dgx, carry_h, hin
-            bufs += [chunk * G * H] * self.cell.separate_dgh         # dgh
-            bufs += [2 * N * D * G * H] * (steps < T)                # gate-gradient ring
-            bufs += [2 * N * D * H] * self.cell.has_c + [chunk * P] * bool(P)  # carry_c, dr
+        T, N, H, D, P = self.T, self.N, self.H, self.D, self.P
         check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
                      f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
-                     [b * self.dtype.itemsize for b in bufs])
+                     self.plan.checked_buffers(backward, steps))
+
+    def _new(self, name: str, shape, pooled: bool, zeros: bool = False) -> cla.Array:
+        """Every buffer this layer allocates, by its :class:`LayerPlan` name: from the pool
+        (``_arrays.temporary``: values that live inside the call), new (``empty``: handed to
+        the caller) or new and zeroed."""
+        if zeros:
+            return cla.zeros(self.device.queue, shape, self.dtype)
+        if pooled:
+            return temporary(self.device, shape, self.dtype)
+        return empty(self.device.queue, shape, self.dtype)
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -409,10 +376,11 @@ class Recurrence:
                 set_step(s)
                 enqueue(q, knl, grid, local)
 
-    def pack(self, weight, rows, width, G, blocks):
+    def pack(self, weight, rows, width, G, blocks, name: str = "rpk"):
         """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
-        product's layout: per column, the G gate vectors of VW units side by side)."""
-        packed = temporary(self.device, (self.D * G * rows * width,), self.dtype)
+        product's layout: per column, the G gate vectors of VW units side by side); ``name``:
+        the pack's buffer in the plan."""
+        packed = self._new(name, (self.D * G * rows * width,), pooled=True)
         knl = self._program().kernel("pyrnn_pack")
         blk0, blk1, blk2, blk3 = (_I32(b) for b in list(blocks) + [0] * (4 - len(blocks)))
         _sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
@@ -421,10 +389,10 @@ class Recurrence:
         enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
-    def pack_t(self, weight, rows, cols):
+    def pack_t(self, weight, rows, cols, name: str = "rt"):
         """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
         backward reductions' layout: each work-item streams one contiguous slab)."""
-        packed = temporary(self.device, (self.D * rows * cols,), self.dtype)
+        packed = self._new(name, (self.D * rows * cols,), pooled=True)
         knl = self._program().kernel("pyrnn_pack_t")
         _sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=weight.base_data,
                                  wt=packed.base_data)
@@ -451,7 +419,7 @@ class Recurrence:
         those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
-        q, dt = self.device.queue, self.dtype
+        dt = self.dtype
         R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
         in_kernel = None
         if x is not None:
@@ -461,25 +429,26 @@ class Recurrence:
                 if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
                     in_kernel = (prog_x, I)
             if in_kernel is None:
-                gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H,
-                                      xb).reshape((T, N, D * G * H))
+                gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H, xb,
+                                      out=self._new("sav", (T * N, D * G * H), pooled=False)
+                                      ).reshape((T, N, D * G * H))
             else:
-                gx = empty(q, (T, N, D * G * H), dt)
+                gx = self._new("sav", (T, N, D * G * H), pooled=False)
         into = into or Saved()
 
-        def result(given, width):
+        def result(name, given, width):
             if given is None:
-                return empty(q, (T, N, width), dt)
+                return self._new(name, (T, N, width), pooled=False)
             assert given.shape == (T, N, width) and given.dtype == dt, given.shape
             return given
 
-        y = result(into.y, D * K)
-        cs = result(into.cs, D * H) if self.cell.has_c else None
+        y = result("y", into.y, D * K)
+        cs = result("cs", into.cs, D * H) if self.cell.has_c else None
         hs = None
         if self.P:
-            hs = result(into.hs, D * H)
+            hs = result("hs", into.hs, D * H)
         elif self.cell.two_phase:    # the second kernel's input: one step, not saved
-            hs = empty(q, (D * N * H,), dt)
+            hs = self._new("hs_step", (D * N * H,), pooled=False)
         out = Saved(sav=gx, y=y, cs=cs, hs=hs if self.P else None)
         if T == 0 or N == 0:
             return out
@@ -491,7 +460,7 @@ class Recurrence:
                      xb=self._dummy.base_data, I=_I32(0))
         if in_kernel is not None:
             prog, I = in_kernel
-            wpk = self.pack(w, H, I, G, self.cell.gate_blocks)
+            wpk = self.pack(w, H, I, G, self.cell.gate_blocks, name="wpk_x")
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
             xargs = dict(xs=x.base_data, wpk=wpk.base_data, xb=bias.base_data, I=_I32(I))
         base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
@@ -510,7 +479,7 @@ class Recurrence:
                 dict(base, gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
                      y=y.base_data, hs=hs.base_data, **_state_args("h0", h0), lens=lens_arg)))
         if self.P:
-            wpk = self.pack(layer.w_proj, self.P, H, 1, (0,))
+            wpk = self.pack(layer.w_proj, self.P, H, 1, (0,), name="wpk_proj")
             kernels.append(self._step_kernel(
                 prog, "pyrnn_proj", self.P,
                 dict(base, P=_I32(self.P), hs=hs.base_data, wpk=wpk.base_data, y=y.base_data,
@@ -537,9 +506,7 @@ class Recurrence:
     def chunk_steps(self, full=False):
         """Steps per backward chunk: enough for ``REC_BWD_ROWS`` rows (T*N) of gate gradients in
         the weight-gradient GEMMs of one chunk, at least one; every step when ``full``."""
-        if full:
-            return max(self.T, 1)
-        return backward_chunk_steps(self.T, self.N, self.bwd_rows)
+        return self.plan.chunk_steps(full)
 
     def backward(self, fwd: Saved, layer: LayerInputs, upstream: Upstream,
                  targets: GradTargets, *, full=False) -> Gradients:
@@ -571,34 +538,33 @@ class Recurrence:
         dh0, dc0, dR, dwp = targets.dh0, targets.dc0, targets.dR, targets.dwp
         inputs = targets.inputs
         GH, P = G * H, self.P
-        q, dt, dev = self.device.queue, self.dtype, self.device
+        dt, dev = self.dtype, self.device
         steps = self.chunk_steps(full)
         self._check_memory(backward=True, steps=steps)
         ring = steps < T
-        alloc = empty if full else (lambda _q, shape, dtype: temporary(dev, shape, dtype))
         rows = min(steps, T)     # (T = 0: empty buffers)
-        dgx = alloc(q, (rows, N, D * GH), dt)
-        dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.separate_dgh else dgx
-        dr = temporary(dev, (rows, N, D * P), dt) if P else None
-        gring = temporary(dev, (2, N, D * GH), dt) if ring else self._dummy
+        dgx = self._new("dgx", (rows, N, D * GH), pooled=not full)   # (full: returned)
+        dgh = self._new("dgh", (rows, N, D * GH), pooled=True) if self.cell.separate_dgh else dgx
+        dr = self._new("dr", (rows, N, D * P), pooled=True) if P else None
+        gring = self._new("gring", (2, N, D * GH), pooled=True) if ring else self._dummy
         dR_out = dwp_out = dpeep = None
         if targets.need_dR:
-            dR_out = dR.array if dR is not None else empty(q, (D, GH, K), dt)
+            dR_out = dR.array if dR is not None else self._new("dR", (D, GH, K), pooled=False)
             dR = dR or Target(dR_out, 0, GH * K)
         else:
             dR = None
         if P:
-            dwp_out = dwp.array if dwp is not None else empty(q, (D, P, H), dt)
+            dwp_out = dwp.array if dwp is not None else self._new("dwp", (D, P, H), pooled=False)
             dwp = dwp or Target(dwp_out, 0, P * H)
         if self.flags["HAS_PEEP"]:
-            dpeep = empty(q, (D * GH,), dt)
+            dpeep = self._new("dpeep", (D * GH,), pooled=False)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
             fill(inputs.dx, 0)    # both directions add to every step, in different chunks
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
         # program per cell configuration instead of one per subset of given gradients (each
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
         if dy is None and T and N:
-            dy = cla.zeros(q, (T, N, D * K), dt)
+            dy = self._new("dy", (T, N, D * K), pooled=False, zeros=True)
         if dhn is None:     # every (d, n) reads the same row of zeros
             dhn = StateView(read_only_zeros(dev, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:
@@ -610,8 +576,8 @@ class Recurrence:
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
         # the direct-path carries between consecutive steps: a ring of two steps
-        carry_h = temporary(dev, (2, N, D * H), dt)
-        carry_c = temporary(dev, (2, N, D * H), dt) if self.cell.has_c else None
+        carry_h = self._new("carry_h", (2, N, D * H), pooled=True)
+        carry_c = self._new("carry_c", (2, N, D * H), pooled=True) if self.cell.has_c else None
         rpk = None
         if self.cell.needs_hn and T and N:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
@@ -620,7 +586,7 @@ class Recurrence:
         rt = wt = None
         if N:
             rt = self.pack_t(R, G * H, K)
-            wt = self.pack_t(w_proj, P, H) if P else rt
+            wt = self.pack_t(w_proj, P, H, name="wt") if P else rt
         zrow = read_only_zeros(dev, dt, max(GH, K))
         if fwd.y is None and (self.cell.bwd_needs_y or P):
             raise ValueError(f"Recurrence.backward: fwd.y is needed for a {self.cell.kind} "
@@ -762,9 +728,9 @@ class Recurrence:
         from y, or where ``fwd`` has no ``y`` (LSTM, RNN: h computed from the saved gates and
         c)."""
         N, D, K, n = self.N, self.D, self.K, chunk.steps
-        dt, dev = self.dtype, self.device
-        hin = temporary(dev, (max(n, 1), N, D * K), dt)
-        hr = temporary(dev, (max(n, 1), N, D * K), dt) if self.cell.two_phase else None
+        dev = self.device
+        hin = self._new("hin", (max(n, 1), N, D * K), pooled=True)
+        hr = self._new("hr", (max(n, 1), N, D * K), pooled=True) if self.cell.two_phase else None
         if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
             _sig("pyrnn_gather_hin").set(

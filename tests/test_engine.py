@@ -28,7 +28,7 @@ from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
 from helpers.device import needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
-from pyrnn_cl import engine
+from pyrnn_cl import engine, plan
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
 from pyrnn_cl.programs import launch_count
 from reference import mps_ref as M
@@ -420,10 +420,10 @@ def test_input_product_in_the_sequence_kernel(device, monkeypatch, cell, dtype):
 
 
 def test_whole_sequence_rule():
-    """Which layers run the whole sequence in one launch (``engine._whole_sequence_fits``), from
+    """Which layers run the whole sequence in one launch (``plan._whole_sequence_fits``), from
     the three tuning values as documented: small R always; a larger R (up to the maximum) only
     with a work-group per compute unit and at most the streamed-bytes limit per step."""
-    fits = engine._whole_sequence_fits
+    fits = plan._whole_sequence_fits
     t = {"REC_SEQ_BYTES": 256, "REC_SEQ_MAX_BYTES": 4096, "REC_SEQ_STREAM_BYTES": 16384}
     assert fits(t, 2, 256, 1)                  # small: always, even one group on two units
     assert not fits(t, 2, 0, 4)                # no weights (H = 0): never
@@ -458,7 +458,7 @@ def test_whole_sequence_kernels_at_mid_sizes(device, monkeypatch, cell):
     G = S.GATES[kind]
     tuning = device.tuning("recurrence")
     nb = min(int(tuning.get("REC_NB", 4)), 1 << max(0, N - 1).bit_length())
-    expect = cell != "gru-before" and engine._whole_sequence_fits(
+    expect = cell != "gru-before" and plan._whole_sequence_fits(
         tuning, cu, G * 272 * 272 * 4, 2 * ((N + nb - 1) // nb))
     assert launched, "no layer ran"
     assert all(ran == expect for _, ran in launched), (launched, expect)
