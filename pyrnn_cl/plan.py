@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cells import CellSpec
+from .tuning import CPU_REC_BWD_ROWS
 
 __all__ = ["LayerPlan", "backward_chunk_steps"]
 
@@ -86,7 +87,7 @@ class LayerPlan:
     D: int = 1
     P: int = 0
     itemsize: int = 4
-    bwd_rows: int = 2048     # REC_BWD_ROWS: rows (steps x N) of gate gradients per chunk
+    bwd_rows: int = CPU_REC_BWD_ROWS  # REC_BWD_ROWS: rows (steps x N) of gate gradients a chunk
     vw: int = 1              # units per work-item
     nb: int = 1              # batch rows per work-item
     wg: int = 0              # work-items per group along the batch groups (0: the driver's)

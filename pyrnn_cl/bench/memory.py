@@ -4,10 +4,11 @@ buffer shapes (:func:`memory_estimate`)."""
 from __future__ import annotations
 
 from ..layout import SAVED_PARTS
+from ..tuning import CPU_REC_BWD_ROWS
 from .configs import BenchConfig
 
 
-def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = 2048,
+def memory_estimate(cfg: BenchConfig, itemsize: int = 4, bwd_rows: int = CPU_REC_BWD_ROWS,
                     dialect: str = "mps") -> dict:
     """Device bytes our engine allocates for one forward and one forward+backward of ``cfg``
     (per layer, summed), from the engine's buffer shapes; ``bwd_rows`` is the device's
