@@ -36,6 +36,7 @@ absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,9 +231,15 @@ def _util_sig(kernel: str) -> KernelSignature:
     return kernel_signature("util.cl", kernel)
 
 
+@functools.cache
+def _state_keys(name: str) -> tuple[str, str, str]:
+    return name, f"{name}_sd", f"{name}_sn"
+
+
 def _state_args(name: str, view: StateView) -> dict[str, object]:
     """The three kernel arguments of state ``name``: its buffer and ``name_sd``/``name_sn``."""
-    return {name: view.array.base_data, f"{name}_sd": _I64(view.sd), f"{name}_sn": _I64(view.sn)}
+    a, sd, sn = _state_keys(name)
+    return {a: view.array.base_data, sd: _I64(view.sd), sn: _I64(view.sn)}
 
 
 def _dummy(device, dtype):

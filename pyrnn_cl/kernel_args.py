@@ -45,11 +45,15 @@ class KernelSignature:
 
     def values(self, values: dict[str, object]) -> list[object]:
         """``values`` (every parameter by name, nothing else) in the kernel's order."""
-        if len(values) != len(self.names) or any(n not in self._index for n in values):
+        try:
+            out = [values[n] for n in self.names]
+        except KeyError:
+            out = None
+        if out is None or len(values) != len(out):     # (every name there: no other one)
             missing = [n for n in self.names if n not in values]
             unknown = [n for n in values if n not in self._index]
             raise TypeError(f"{self.kernel}: missing arguments {missing}, unknown {unknown}")
-        return [values[n] for n in self.names]
+        return out
 
     def set(self, kernel, **values: object) -> None:
         """Set every argument of ``kernel`` (a ``pyopencl.Kernel`` of this signature) by name
