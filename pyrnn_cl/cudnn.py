@@ -67,6 +67,8 @@ from .layout import (
     HOST_RESERVED_SIZE,
     INPUT_MODES,
     RNN_MODES,
+    SAVED_PARTS,
+    Reserve,
     host_signature,
     make_layout,
     swap01_strides,
@@ -424,12 +426,13 @@ class _Net:
         return dst
 
     def reserve_views(self, reserve):
-        """Per layer ``name -> array`` of every part of ``reserve`` (``layout.reserve_parts``)
-        as a ``[T][N][width]`` array on a sub-buffer of it, or None where the device cannot
-        address that part in place (the caller then copies)."""
+        """``(parts, views)``: per layer ``layout.reserve_parts``'s ``name -> (offset, size)``
+        and a :class:`Reserve` holding every part of ``reserve`` as a ``[T][N][width]`` array on
+        a sub-buffer of it, or None where the device cannot address that part in place (the
+        caller then copies)."""
         parts = self.lay.reserve_parts(self.T, self.N, self.drop)
-        return parts, [{name: sub_array(self.dev, reserve, off, self.part_shape(size))
-                        for name, (off, size) in layer.items()} for layer in parts]
+        return parts, [Reserve(**{name: sub_array(self.dev, reserve, off, self.part_shape(size))
+                                  for name, (off, size) in layer.items()}) for layer in parts]
 
     def part_shape(self, size):
         """``[T][N][width]`` of a reserve part of ``size`` elements (T, N > 0)."""
@@ -484,30 +487,34 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         params_d = call.dev("params", params)
         x = net.seq_to_time_major("input", input, net.I)
         # training: every layer writes its saved values straight into its reserve parts
-        parts, views = net.reserve_views(reserve) if net.training else ([{}] * L, [{}] * L)
+        parts, views = (net.reserve_views(reserve) if net.training
+                        else ([{}] * L, [Reserve()] * L))
         if net.training:
             _zero_gaps(net.q, reserve, parts)
         for l in range(L):
             R, hb, bw, wp = net.weights(params_d, l)
-            gx = net.input_gates(params_d, l, x, bw, views[l].get("sav"))
+            gx = net.input_gates(params_d, l, x, bw, views[l].sav)
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
-            fwd = rec.forward(gx, R, h0=net.view(h0, K), c0=net.view(c0, H) if net.lstm else None,
-                              hb=hb, lens=net.lens, w_proj=wp, into=views[l])
+            layer = engine.LayerInputs(R, net.view(h0, K),
+                                       c0=net.view(c0, H) if net.lstm else None, hb=hb,
+                                       lens=net.lens, w_proj=wp)
+            fwd = rec.forward(gx, layer, into=views[l])
             hn = call.empty((D, N, K))
-            rec.final_state(fwd["y"], K, net.view(h0, K), net.view(hn, K), net.lens)
+            rec.final_state(fwd.y, K, net.view(h0, K), net.view(hn, K), net.lens)
             net.put_state(out_h, l, hn, K)
             if net.lstm:
                 cn = call.empty((D, N, H))
-                rec.final_state(fwd["cs"], H, net.view(c0, H), net.view(cn, H), net.lens)
+                rec.final_state(fwd.cs, H, net.view(c0, H), net.view(cn, H), net.lens)
                 net.put_state(out_c, l, cn, H)
+            written = Reserve(sav=fwd.sav, y=fwd.y, cs=fwd.cs, hs=fwd.hs, xd=x)
             for name, (off, size) in parts[l].items():     # parts the device cannot address
-                if views[l][name] is None:
-                    _copy(net.q, reserve, off, x if name == "xd" else fwd[name], 0, size)
-            y = fwd["y"]
+                if getattr(views[l], name) is None:
+                    _copy(net.q, reserve, off, getattr(written, name), 0, size)
+            y = fwd.y
             if l < L - 1:
-                x = net.apply_dropout(y, l, views[l + 1].get("xd")) if net.drop else y
-        if views[L - 1].get("y") is not None and net.time_major and not call.numpy_out:
+                x = net.apply_dropout(y, l, views[l + 1].xd) if net.drop else y
+        if views[L - 1].y is not None and net.time_major and not call.numpy_out:
             y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
@@ -624,8 +631,10 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
     parts, views = net.reserve_views(res)       # read in place; copied where not addressable
 
     def saved(l, name):
-        if views[l][name] is not None:
-            return views[l][name]
+        """Reserve part ``name`` (a :class:`Reserve` field) of layer ``l``: in place, or a copy."""
+        view = getattr(views[l], name)
+        if view is not None:
+            return view
         off, size = parts[l][name]
         out = call.empty(net.part_shape(size))
         _copy(net.q, out, 0, res, off, size)
@@ -633,9 +642,7 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
 
     for l in range(L - 1, -1, -1):
         R, hb, bw, wp = net.weights(params_d, l)
-        fwd = {name: saved(l, name) for name in parts[l] if name != "xd"}
-        fwd.setdefault("cs", None)
-        fwd.setdefault("hs", None)
+        fwd = engine.Saved(**{name: saved(l, name) for name in SAVED_PARTS if name in parts[l]})
         # the layer's input: the source, the layer below's output or, with dropout, that
         # output after dropout as the forward stored it
         x = x0 if l == 0 else saved(l, "xd") if net.drop else saved(l - 1, "y")
@@ -657,13 +664,17 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
             dw=engine.Target(dparams, lay.off_w(l, 0), stride) if lay.has_w(l) else None,
             db=engine.Target(dparams, lay.off_bw(l, 0), stride),
             dhb=engine.Target(dparams, lay.off_br(l, 0), stride))
-        rec.backward(
-            fwd, R, h0=net.view(h0, K), c0=net.view(c0, H) if c0 is not None else None,
-            dh0=net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None, hb=hb,
-            lens=net.lens, w_proj=wp, dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
-            dcn=net.view(dcn, H) if dcn is not None else None, inputs=side,
+        layer = engine.LayerInputs(R, net.view(h0, K),
+                                   c0=net.view(c0, H) if c0 is not None else None, hb=hb,
+                                   lens=net.lens, w_proj=wp)
+        upstream = engine.Upstream(dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
+                                   dcn=net.view(dcn, H) if dcn is not None else None)
+        targets = engine.GradTargets(
+            net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None,
             dR=engine.Target(dparams, lay.off_r(l, 0), stride),
-            dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None)
+            dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None,
+            inputs=side)
+        rec.backward(fwd, layer, upstream, targets)
         net.put_state(dh0_all, l, dh0, K)
         if net.lstm:
             net.put_state(dc0_all, l, dc0, H)

@@ -6,7 +6,7 @@ A layer is computed the way oneDNN and PyTorch do it (style.md §3.1):
    bias added in its store): ``gx = x W^T + b_x`` with ``gx`` laid out ``[T][N][D][G][H]``
    (gate blocks in the caller's order). Dialects without input weights fill ``gx`` themselves
    (MPSGraph ``input_weight=None``, cuDNN ``skip_input``). A layer that runs the whole sequence
-   in one launch (:func:`_whole_sequence_fits`), given ``x`` and ``W`` instead
+   in one launch (:func:`pyrnn_cl.plan._whole_sequence_fits`), given ``x`` and ``W`` instead
    (:meth:`Recurrence.forward`), computes ``x[t] W^T + b_x`` inside that kernel from ``W``
    packed like ``R`` (``HAS_XW``): no GEMM launch, no gx round trip.
 2. **One fused kernel per step** (``pyrnn_fwd`` in ``cl/recurrence.cl``): the recurrent product
@@ -24,13 +24,19 @@ The whole sequence is enqueued on one in-order queue with kernel arguments set o
 step index changes between launches, and the host never waits inside the loop.
 
 Buffers are :class:`pyopencl.array.Array` objects, contiguous, with zero offset; layouts are
-described in :mod:`pyrnn_cl.layout`. Values that live only inside one call (packed weights,
+described in :mod:`pyrnn_cl.layout`. A layer's shapes, launch choices and the size of every
+buffer it allocates come from its :class:`pyrnn_cl.plan.LayerPlan`, computed once; every
+allocation goes through :meth:`Recurrence._new` under the plan's name for it. Kernel arguments
+are set by name (:mod:`pyrnn_cl.kernel_args`); a forward returns a :class:`Saved`, which a
+backward takes with grouped inputs (:class:`LayerInputs`, :class:`Upstream`,
+:class:`GradTargets`). Values that live only inside one call (packed weights,
 carries, gathered step inputs) come from a per-device memory pool (``_arrays.temporary``);
 absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,11 +45,15 @@ import pyopencl.array as cla
 from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
 from .cells import CellSpec
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
-from .programs import enqueue, get_program, set_args
+from .kernel_args import KernelSignature, kernel_signature
+from .layout import Saved
+from .plan import LayerPlan, _vector_width
+from .programs import enqueue, get_program
 from .sources import dtype_code
 
-__all__ = ["Recurrence", "StateView", "Target", "InputSide", "input_projection", "util_program",
-           "copy3", "add_rows", "act_map", "multiply"]
+__all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
+           "GradTargets", "Gradients", "Saved", "input_projection", "util_program", "copy3",
+           "add_rows", "act_map", "multiply"]
 
 _I32 = np.int32
 _I64 = np.int64
@@ -88,6 +98,62 @@ class InputSide:
     dhb: Target | None = None
 
 
+@dataclass(frozen=True)
+class LayerInputs:
+    """What a layer's forward and backward read besides its sequences: ``R`` ``[D][G*H][K]``,
+    the initial states ``h0`` and (LSTM) ``c0``, the hidden-side bias ``hb`` and peepholes
+    ``peep`` ``[D][G*H]``, ``mask`` ``[T][N][D*H]``, ``lens`` int32 ``[N]`` and the projection
+    ``w_proj`` ``[D][P][H]`` (``None``: absent)."""
+
+    R: cla.Array
+    h0: StateView
+    c0: StateView | None = None
+    hb: cla.Array | None = None
+    peep: cla.Array | None = None
+    mask: cla.Array | None = None
+    lens: cla.Array | None = None
+    w_proj: cla.Array | None = None
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The upstream gradients of a backward (``None``: zero): ``dy`` ``[T][N][D*K]``,
+    ``dhn``/``dcn`` those of the final states, ``dcs`` ``[T][N][D*H]`` the per-step gradients of
+    c (TensorFlow)."""
+
+    dy: cla.Array | None = None
+    dhn: StateView | None = None
+    dcn: StateView | None = None
+    dcs: cla.Array | None = None
+
+
+@dataclass(frozen=True)
+class GradTargets:
+    """Where a backward writes: ``dh0`` and (LSTM) ``dc0``; ``dR`` (or a new ``[D][G*H][K]``
+    array; none without ``need_dR``), ``dwp`` (projection; or a new ``[D][P][H]`` array) and
+    the input side's gradients ``inputs`` (:class:`InputSide`; ``None``: not wanted)."""
+
+    dh0: StateView
+    dc0: StateView | None = None
+    dR: Target | None = None
+    need_dR: bool = True
+    dwp: Target | None = None
+    inputs: InputSide | None = None
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """What :meth:`Recurrence.backward` returns: the gate gradients ``dgx``/``dgh`` (``None``
+    unless ``full``), ``dR``, ``dwp`` (projection) and ``dpeep`` (peepholes), ``None`` where
+    not computed."""
+
+    dgx: cla.Array | None = None
+    dgh: cla.Array | None = None
+    dR: cla.Array | None = None
+    dwp: cla.Array | None = None
+    dpeep: cla.Array | None = None
+
+
 def util_program(device, dtype, vw=1):
     """The program of ``cl/util.cl`` for ``dtype`` with ``vw`` elements per work-item in its
     vectorised kernels (``add_rows``, ``act_map``, ``multiply``)."""
@@ -106,7 +172,7 @@ def add_rows(device, dtype, a, rows, cols, b):
         return
     vw = _util_width(dtype, cols)
     knl = util_program(device, dtype, vw).kernel("pyrnn_add_rows")
-    set_args(knl, a.base_data, _I32(cols), b.base_data)
+    _util_sig("pyrnn_add_rows").set(knl, a=a.base_data, cols=_I32(cols), b=b.base_data)
     enqueue(device.queue, knl, (cols // vw, rows))
 
 
@@ -116,7 +182,7 @@ def act_map(device, dtype, y, x, kind):
         return
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_act_map")
-    set_args(knl, y.base_data, x.base_data, _I32(kind))
+    _util_sig("pyrnn_act_map").set(knl, y=y.base_data, x=x.base_data, kind=_I32(kind))
     enqueue(device.queue, knl, (y.size // vw,))
 
 
@@ -127,7 +193,7 @@ def multiply(device, dtype, y, a, b):
         return
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_mul")
-    set_args(knl, y.base_data, a.base_data, b.base_data)
+    _util_sig("pyrnn_mul").set(knl, y=y.base_data, a=a.base_data, b=b.base_data)
     enqueue(device.queue, knl, (y.size // vw,))
 
 
@@ -138,18 +204,42 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
         return
     knl = util_program(device, dtype).kernel("pyrnn_copy3")
     real = np.dtype(dtype).type
-    set_args(knl, dst.base_data, _I64(d_off), *(_I64(s) for s in d_strides), src.base_data,
-             _I64(s_off), *(_I64(s) for s in s_strides), real(alpha), real(beta))
+    ds0, ds1, ds2 = (_I64(s) for s in d_strides)
+    ss0, ss1, ss2 = (_I64(s) for s in s_strides)
+    _util_sig("pyrnn_copy3").set(knl, dst=dst.base_data, d_off=_I64(d_off), ds0=ds0, ds1=ds1,
+                                 ds2=ds2, src=src.base_data, s_off=_I64(s_off), ss0=ss0,
+                                 ss1=ss1, ss2=ss2, alpha=real(alpha), beta=real(beta))
     enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
 
 
-def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None):
+def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None, out=None):
     """``gx = x W^T (+ b)``: ``x`` ``[rows][width]``, ``weight`` ``[out_width][width]``, bias
-    ``[out_width]``; returns a new ``[rows][out_width]`` array (one GEMM for every step, the
-    bias added in its store)."""
-    gx = empty(device.queue, (rows, out_width), dtype)
+    ``[out_width]``; returns a new ``[rows][out_width]`` array, or ``out`` (one GEMM for every
+    step, the bias added in its store)."""
+    gx = empty(device.queue, (rows, out_width), dtype) if out is None else out
     gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True, bias=bias)
     return gx
+
+
+def _sig(kernel: str) -> KernelSignature:
+    """The signature of ``kernel`` of ``cl/recurrence.cl`` (arguments by name)."""
+    return kernel_signature("recurrence.cl", kernel)
+
+
+def _util_sig(kernel: str) -> KernelSignature:
+    """The signature of ``kernel`` of ``cl/util.cl``."""
+    return kernel_signature("util.cl", kernel)
+
+
+@functools.cache
+def _state_keys(name: str) -> tuple[str, str, str]:
+    return name, f"{name}_sd", f"{name}_sn"
+
+
+def _state_args(name: str, view: StateView) -> dict[str, object]:
+    """The three kernel arguments of state ``name``: its buffer and ``name_sd``/``name_sn``."""
+    a, sd, sn = _state_keys(name)
+    return {a: view.array.base_data, sd: _I64(view.sd), sn: _I64(view.sn)}
 
 
 def _dummy(device, dtype):
@@ -158,50 +248,16 @@ def _dummy(device, dtype):
 
 
 def _int_arg_setter(knl, index):
-    """A function setting int32 argument ``index`` of ``knl``: the step loop's only per-launch
-    argument. pyopencl's ``Kernel.set_arg`` first dispatches on the argument's Python type,
-    measured at 18-57 us a call on PoCL (more than the launch itself); the buffer entry point
-    it ends in (``_set_arg_buf``, the one pyopencl's generated ``set_args`` uses) takes < 1 us.
+    """A function setting int32 argument ``index`` of ``knl`` (the step loop's only per-launch
+    argument, found by name: :meth:`KernelSignature.position`). pyopencl's ``Kernel.set_arg``
+    first dispatches on the argument's Python type, measured at 18-57 us a call on PoCL (more
+    than the launch itself); the buffer entry point it ends in (``_set_arg_buf``, the one
+    pyopencl's generated ``set_args`` uses) takes < 1 us.
     Falls back to ``set_arg`` on a pyopencl without it."""
     fast = getattr(knl, "_set_arg_buf", None)
     if fast is None:
         return lambda value: knl.set_arg(index, _I32(value))
     return lambda value: fast(index, _I32(value))
-
-
-def _vector_width(limit, *sizes):
-    """The largest of 16, 8, 4, 2, 1 not above ``limit`` that divides every size."""
-    for vw in (16, 8, 4, 2, 1):
-        if vw <= limit and all(s % vw == 0 for s in sizes):
-            return vw
-    return 1
-
-
-def backward_chunk_steps(T, N, rows):
-    """Steps per backward chunk for ``rows`` (``REC_BWD_ROWS``) rows of gate gradients of
-    ``N`` rows each: ``ceil(rows / N)``, at least one, at most ``T``."""
-    return max(1, min(T, -(-rows // max(N, 1))))
-
-
-def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
-    """Whether a layer whose step is one kernel runs the whole sequence in one launch (one
-    work-group per ``REC_NB`` batch rows and direction, holding every unit; a barrier between
-    steps) instead of one launch per step. Tuning values (0: off):
-
-    * ``REC_SEQ_BYTES``: always when one direction's ``R`` has at most this many bytes; such
-      layers are bound by launch and host time.
-    * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES``: a larger ``R``, up to
-      ``REC_SEQ_MAX_BYTES``, when the launch still has a work-group per compute unit and
-      ``groups x R`` (what the groups stream from cache every step: each reads all of its
-      direction's ``R``, where per-step launches let neighbouring batch groups share a slab)
-      is at most ``REC_SEQ_STREAM_BYTES``.
-    """
-    if r_bytes <= 0:
-        return False
-    if r_bytes <= int(tuning.get("REC_SEQ_BYTES", 0)):
-        return True
-    return (r_bytes <= int(tuning.get("REC_SEQ_MAX_BYTES", 0)) and groups >= compute_units
-            and groups * r_bytes <= int(tuning.get("REC_SEQ_STREAM_BYTES", 0)))
 
 
 class Recurrence:
@@ -215,27 +271,21 @@ class Recurrence:
     def __init__(self, device, dtype, cell: CellSpec, *, T, N, H, D=1, P=0, rev_mask=0,
                  has_mask=False, has_len=False, has_hb=False, has_peep=False, clip=0.0):
         self.device, self.dtype, self.cell = device, np.dtype(dtype), cell
-        self.T, self.N, self.H, self.D, self.P = int(T), int(N), int(H), int(D), int(P)
-        self.K = self.P or self.H
+        #: shapes, launch choices and buffer sizes, computed once (:class:`LayerPlan`)
+        self.plan = plan = LayerPlan.for_device(cell, self.dtype, device.tuning("recurrence"),
+                                                device.info.compute_units, T=T, N=N, H=H, D=D,
+                                                P=P)
+        self.T, self.N, self.H, self.D, self.P = plan.T, plan.N, plan.H, plan.D, plan.P
+        self.K, self.G = plan.K, plan.G
         self.rev_mask = int(rev_mask)
         self.flags = dict(HAS_MASK=int(has_mask), HAS_LEN=int(has_len), HAS_HB=int(has_hb),
                           HAS_PEEP=int(has_peep), HAS_PROJ=int(bool(P)))
         self.clip = float(clip)
-        tuning = device.tuning("recurrence")
-        limit = int(tuning["REC_VW"] if self.dtype == np.float32 else tuning["REC_VW_F64"])
-        self.vw = _vector_width(limit, self.H, *( (self.P,) if self.P else ()))
-        # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
-        nb = max(1, int(tuning["REC_NB"]))
-        self.nb = min(nb, 1 << max(0, self.N - 1).bit_length())
-        # work-items per group along the batch-group dimension (0: the driver chooses)
-        self.wg = max(0, int(tuning["REC_WG"]))
-        self.fused = (not self.P and not cell.two_phase
-                      and _whole_sequence_fits(tuning, device.info.compute_units,
-                                               cell.G * self.H * self.K * self.dtype.itemsize,
-                                               self.D * ((self.N + self.nb - 1) // self.nb)))
-        # rows (steps x N) of gate gradients per backward chunk
-        self.bwd_rows = max(1, int(tuning["REC_BWD_ROWS"]))
-        self.G = cell.G
+        # units and batch rows per work-item, work-items per group along the batch-group
+        # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
+        # gradients per backward chunk
+        self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self.bwd_rows = plan.bwd_rows
         self._programs = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
@@ -250,18 +300,20 @@ class Recurrence:
         """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
         the sequence buffers of a forward (or forward + backward with chunks of ``steps``)
         cannot fit the device."""
-        T, N, H, D, K, G, P = self.T, self.N, self.H, self.D, self.K, self.G, self.P
-        seq, chunk = T * N * D, steps * N * D
-        bufs = [seq * G * H, seq * K, D * G * H * K]                 # gx, y, packed R
-        bufs += [seq * H] * (int(self.cell.has_c) + int(bool(P)))    # cs, hs
-        if backward:
-            bufs += [chunk * G * H, 2 * N * D * H, chunk * K]        # dgx, carry_h, hin
-            bufs += [chunk * G * H] * self.cell.separate_dgh         # dgh
-            bufs += [2 * N * D * G * H] * (steps < T)                # gate-gradient ring
-            bufs += [2 * N * D * H] * self.cell.has_c + [chunk * P] * bool(P)  # carry_c, dr
+        T, N, H, D, P = self.T, self.N, self.H, self.D, self.P
         check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
                      f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
-                     [b * self.dtype.itemsize for b in bufs])
+                     self.plan.checked_buffers(backward, steps))
+
+    def _new(self, name: str, shape, pooled: bool, zeros: bool = False) -> cla.Array:
+        """Every buffer this layer allocates, by its :class:`LayerPlan` name: from the pool
+        (``_arrays.temporary``: values that live inside the call), new (``empty``: handed to
+        the caller) or new and zeroed."""
+        if zeros:
+            return cla.zeros(self.device.queue, shape, self.dtype)
+        if pooled:
+            return temporary(self.device, shape, self.dtype)
+        return empty(self.device.queue, shape, self.dtype)
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -300,58 +352,69 @@ class Recurrence:
         direction."""
         return self.fused and self.H // self.vw <= prog.work_group_size(name)
 
-    def _fused_launch(self, prog, name, args):
-        """Launch the whole-sequence kernel ``name`` (``args`` with ``T`` in the step slot) when
+    def _fused_launch(self, prog, name, args: dict[str, object]) -> bool:
+        """Launch the whole-sequence kernel ``name`` with ``args`` (every argument by name) when
         :meth:`_whole_sequence` allows; returns whether it did (else the caller runs the step
         loop)."""
         if not self._whole_sequence(prog, name):
             return False
         knl = prog.kernel(name)
-        set_args(knl, *args)
+        _sig(name).set(knl, **args)
         grid, _ = self._step_grid(self.H)
         enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
-    def _run_steps(self, kernels, step_arg_index, steps):
-        """Enqueue ``kernels`` (list of (kernel, (global, local))) for every step in ``steps``;
-        only the step index argument changes between launches."""
+    def _step_kernel(self, prog, name, width, args: dict[str, object]):
+        """``(kernel, step argument position, (global, local))``: step kernel ``name`` with
+        ``args`` set by name (``s``, the step, set per launch by :meth:`_run_steps`), over
+        ``width`` units."""
+        knl, sig = prog.kernel(name), _sig(name)
+        sig.set(knl, s=_I32(0), **args)
+        return knl, sig.position("s"), self._step_grid(width)
+
+    def _run_steps(self, kernels, steps):
+        """Enqueue ``kernels`` (list of :meth:`_step_kernel`'s triples) for every step in
+        ``steps``; only the step index argument changes between launches."""
         q = self.device.queue
-        plan = [(knl, _int_arg_setter(knl, step_arg_index[knl]), grid, local)
-                for knl, (grid, local) in kernels]
+        plan = [(knl, _int_arg_setter(knl, index), grid, local)
+                for knl, index, (grid, local) in kernels]
         for s in steps:
             for knl, set_step, grid, local in plan:
                 set_step(s)
                 enqueue(q, knl, grid, local)
 
-    def pack(self, weight, rows, width, G, blocks):
+    def pack(self, weight, rows, width, G, blocks, name: str = "rpk"):
         """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
-        product's layout: per column, the G gate vectors of VW units side by side)."""
-        packed = temporary(self.device, (self.D * G * rows * width,), self.dtype)
+        product's layout: per column, the G gate vectors of VW units side by side); ``name``:
+        the pack's buffer in the plan."""
+        packed = self._new(name, (self.D * G * rows * width,), pooled=True)
         knl = self._program().kernel("pyrnn_pack")
-        blk = list(blocks) + [0] * (4 - len(blocks))
-        set_args(knl, _I32(rows), _I32(width), _I32(G), *(_I32(b) for b in blk),
-                 weight.base_data, packed.base_data)
+        blk0, blk1, blk2, blk3 = (_I32(b) for b in list(blocks) + [0] * (4 - len(blocks)))
+        _sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
+                               blk1=blk1, blk2=blk2, blk3=blk3, R=weight.base_data,
+                               rpk=packed.base_data)
         enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
-    def pack_t(self, weight, rows, cols):
+    def pack_t(self, weight, rows, cols, name: str = "rt"):
         """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
         backward reductions' layout: each work-item streams one contiguous slab)."""
-        packed = temporary(self.device, (self.D * rows * cols,), self.dtype)
+        packed = self._new(name, (self.D * rows * cols,), pooled=True)
         knl = self._program().kernel("pyrnn_pack_t")
-        set_args(knl, _I32(rows), _I32(cols), weight.base_data, packed.base_data)
+        _sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=weight.base_data,
+                                 wt=packed.base_data)
         enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------
 
-    def forward(self, gx, R, *, h0: StateView, c0: StateView | None = None, hb=None, peep=None,
-                mask=None, lens=None, w_proj=None, x=None, w=None, xb=None, into=None):
+    def forward(self, gx, layer: LayerInputs, *, x=None, w=None, xb=None,
+                into: Saved | None = None) -> Saved:
         """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
 
-        ``R`` ``[D][G*H][K]``; ``hb``, ``peep`` ``[D][G*H]``; ``mask`` ``[T][N][D*H]``; ``lens``
-        int32 ``[N]``; ``w_proj`` ``[D][P][H]``. Returns a dict with ``sav`` (= ``gx``), ``y``
-        ``[T][N][D*K]``, ``cs`` (LSTM) and ``hs`` (projection: h before it).
+        ``layer``: the weights, initial states, mask and lengths (:class:`LayerInputs`). Returns
+        a :class:`Saved` with ``sav`` (= ``gx``), ``y`` ``[T][N][D*K]``, ``cs`` (LSTM) and
+        ``hs`` (projection: h before it).
 
         Instead of ``gx`` (None), the source ``x`` ``[T][N][I]``, the input weight ``w``
         ``[D][G*H][I]`` and the input bias ``xb`` ``[D][G*H]`` (or None) may be given: a layer
@@ -359,11 +422,12 @@ class Recurrence:
         and no gx round trip; tiny LSTM forward 25-30 % faster), any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
 
-        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a dict with any of those
-        keys, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
+        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
+        those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
-        q, dt = self.device.queue, self.dtype
+        dt = self.dtype
+        R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
@@ -372,66 +436,62 @@ class Recurrence:
                 if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
                     in_kernel = (prog_x, I)
             if in_kernel is None:
-                gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H,
-                                      xb).reshape((T, N, D * G * H))
+                gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H, xb,
+                                      out=self._new("sav", (T * N, D * G * H), pooled=False)
+                                      ).reshape((T, N, D * G * H))
             else:
-                gx = empty(q, (T, N, D * G * H), dt)
-        into = into or {}
+                gx = self._new("sav", (T, N, D * G * H), pooled=False)
+        into = into or Saved()
 
-        def result(name, width):
-            given = into.get(name)
+        def result(name, given, width):
             if given is None:
-                return empty(q, (T, N, width), dt)
-            assert given.shape == (T, N, width) and given.dtype == dt, (name, given.shape)
+                return self._new(name, (T, N, width), pooled=False)
+            assert given.shape == (T, N, width) and given.dtype == dt, given.shape
             return given
 
-        y = result("y", D * K)
-        cs = result("cs", D * H) if self.cell.has_c else None
+        y = result("y", into.y, D * K)
+        cs = result("cs", into.cs, D * H) if self.cell.has_c else None
         hs = None
         if self.P:
-            hs = result("hs", D * H)
-        elif self.cell.two_phase:
-            hs = empty(q, (D * N * H,), dt)
-        out = {"sav": gx, "y": y, "cs": cs, "hs": hs}
+            hs = result("hs", into.hs, D * H)
+        elif self.cell.two_phase:    # the second kernel's input: one step, not saved
+            hs = self._new("hs_step", (D * N * H,), pooled=False)
+        out = Saved(sav=gx, y=y, cs=cs, hs=hs if self.P else None)
         if T == 0 or N == 0:
             return out
         prog = self._program()
         rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
-        c0 = c0 or StateView(self._dummy, 0, 0)
-        xargs = [self._dummy.base_data] * 3 + [_I32(0)]
+        c0 = layer.c0 or StateView(self._dummy, 0, 0)
+        # the input projection inside the kernel (HAS_XW), or absent
+        xargs = dict(xs=self._dummy.base_data, wpk=self._dummy.base_data,
+                     xb=self._dummy.base_data, I=_I32(0))
         if in_kernel is not None:
             prog, I = in_kernel
-            wpk = self.pack(w, H, I, G, self.cell.gate_blocks)
+            wpk = self.pack(w, H, I, G, self.cell.gate_blocks, name="wpk_x")
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
-            xargs = [x.base_data, wpk.base_data, bias.base_data, _I32(I)]
-        args = [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(T),
-                gx.base_data, rpk.base_data, self._or_dummy(hb), self._or_dummy(peep),
-                y.base_data, self._or_dummy(cs), self._or_dummy(hs),
-                h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip), *xargs]
-        if self._fused_launch(prog, "pyrnn_fwd_seq", args):   # always, with in_kernel
-            return out
-        fwd = prog.kernel("pyrnn_fwd")
-        set_args(fwd, *args)
-        kernels = [(fwd, self._step_grid(H))]
-        index = {fwd: 5}
+            xargs = dict(xs=x.base_data, wpk=wpk.base_data, xb=bias.base_data, I=_I32(I))
+        base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
+        lens_arg = self._or_dummy(lens)
+        args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
+                    peep=self._or_dummy(layer.peep), y=y.base_data, cs=self._or_dummy(cs),
+                    hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
+                    mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
+                    **xargs)
+        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T))):
+            return out      # (always, with in_kernel)
+        kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
-            fb = prog.kernel("pyrnn_fwd_b")
-            set_args(fb, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(0), gx.base_data,
-                     rpk.base_data, self._or_dummy(hb), y.base_data, hs.base_data,
-                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(lens))
-            kernels.append((fb, self._step_grid(H)))
-            index[fb] = 4
+            kernels.append(self._step_kernel(
+                prog, "pyrnn_fwd_b", H,
+                dict(base, gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
+                     y=y.base_data, hs=hs.base_data, **_state_args("h0", h0), lens=lens_arg)))
         if self.P:
-            wpk = self.pack(w_proj, self.P, H, 1, (0,))
-            out["wpk"] = wpk
-            pj = prog.kernel("pyrnn_proj")
-            set_args(pj, _I32(T), _I32(N), _I32(H), _I32(self.P), _I32(self.rev_mask), _I32(0),
-                     hs.base_data, wpk.base_data, y.base_data, self._or_dummy(lens))
-            kernels.append((pj, self._step_grid(self.P)))
-            index[pj] = 5
-        self._run_steps(kernels, index, range(T))
+            wpk = self.pack(layer.w_proj, self.P, H, 1, (0,), name="wpk_proj")
+            kernels.append(self._step_kernel(
+                prog, "pyrnn_proj", self.P,
+                dict(base, P=_I32(self.P), hs=hs.base_data, wpk=wpk.base_data, y=y.base_data,
+                     lens=lens_arg)))
+        self._run_steps(kernels, range(T))
         return out
 
     def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
@@ -441,9 +501,11 @@ class Recurrence:
             return
         knl = self._program().kernel("pyrnn_final")
         src = self._dummy if seq is None or T == 0 else seq
-        set_args(knl, _I32(T), _I32(N), _I32(width), _I32(self.rev_mask), src.base_data,
-                 init.array.base_data, _I64(init.sd), _I64(init.sn),
-                 out.array.base_data, _I64(out.sd), _I64(out.sn), self._or_dummy(lens))
+        _sig("pyrnn_final").set(knl, T=_I32(T), N=_I32(N), W=_I32(width),
+                                rev_mask=_I32(self.rev_mask), src=src.base_data,
+                                init=init.array.base_data, i_sd=_I64(init.sd),
+                                i_sn=_I64(init.sn), out=out.array.base_data, o_sd=_I64(out.sd),
+                                o_sn=_I64(out.sn), lens=self._or_dummy(lens))
         enqueue(self.device.queue, knl, (width, N, D))
 
     # -- backward ---------------------------------------------------------------------------
@@ -451,67 +513,65 @@ class Recurrence:
     def chunk_steps(self, full=False):
         """Steps per backward chunk: enough for ``REC_BWD_ROWS`` rows (T*N) of gate gradients in
         the weight-gradient GEMMs of one chunk, at least one; every step when ``full``."""
-        if full:
-            return max(self.T, 1)
-        return backward_chunk_steps(self.T, self.N, self.bwd_rows)
+        return self.plan.chunk_steps(full)
 
-    def backward(self, fwd, R, *, h0: StateView, c0: StateView | None = None, dh0: StateView,
-                 dc0: StateView | None = None, hb=None, peep=None, mask=None, lens=None,
-                 w_proj=None, dy=None, dhn: StateView | None = None,
-                 dcn: StateView | None = None, dcs=None, inputs: InputSide | None = None,
-                 dR: Target | None = None, need_dR=True, dwp: Target | None = None,
-                 full=False):
-        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s dict),
-        with the weight gradients accumulated as it goes. ``fwd["y"]`` may be None for an LSTM
-        or RNN without projection: h[t-1] is then computed per chunk from the saved gates (and
-        c), where the recurrent weight gradient needs it.
+    def backward(self, fwd: Saved, layer: LayerInputs, upstream: Upstream,
+                 targets: GradTargets, *, full=False) -> Gradients:
+        """Backward through time from the forward results ``fwd`` (:meth:`forward`'s
+        :class:`Saved`), with the weight gradients accumulated as it goes. ``fwd.y`` may be None
+        for an LSTM or RNN without projection: h[t-1] is then computed per chunk from the saved
+        gates (and c), where the recurrent weight gradient needs it.
 
-        ``dy`` ``[T][N][D*K]`` (None: zero), ``dhn``/``dcn`` gradients of the final states,
-        ``dcs`` ``[T][N][D*H]`` per-step gradients of c (TensorFlow). Writes ``dh0``/``dc0``.
+        ``layer``: the forward's :class:`LayerInputs`; ``upstream``: the gradients of the
+        outputs (:class:`Upstream`); ``targets``: where the gradients go (:class:`GradTargets`).
+        Writes ``dh0``/``dc0``.
 
         The steps run in chunks of :meth:`chunk_steps` (from the last step down); after each
         chunk, GEMMs over its rows add that chunk's share to the weight gradients:
         ``dR[d] = sum_t dgh[t, d]^T (h[t-1] . m[t])`` (into ``dR``, or a new ``[D][G*H][K]``
         array; skipped without ``need_dR``), ``dW_proj[d] = sum_t dr[t, d]^T hs[t, d]`` (into
         ``dwp``, or a new ``[D][P][H]`` array), the peephole gradient, and the gradients of
-        the input side ``gx = x W^T + b`` described by ``inputs``. The gate gradients of all
-        steps never exist at once: the workspace is bounded by the chunk, not by T.
+        the input side ``gx = x W^T + b`` described by ``targets.inputs``. The gate gradients
+        of all steps never exist at once: the workspace is bounded by the chunk, not by T.
 
         ``full``: one chunk of every step, and the gate gradients ``dgx`` (input side,
         ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell keeps them
-        apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns a dict with
-        ``dgx``/``dgh`` (None unless ``full``), ``dR``, ``dwp`` (projection) and ``dpeep``
-        (peepholes).
+        apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns :class:`Gradients`.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        R, h0, c0, hb, peep = layer.R, layer.h0, layer.c0, layer.hb, layer.peep
+        mask, lens, w_proj = layer.mask, layer.lens, layer.w_proj
+        dy, dhn, dcn, dcs = upstream.dy, upstream.dhn, upstream.dcn, upstream.dcs
+        dh0, dc0, dR, dwp = targets.dh0, targets.dc0, targets.dR, targets.dwp
+        inputs = targets.inputs
         GH, P = G * H, self.P
-        q, dt, dev = self.device.queue, self.dtype, self.device
+        dt, dev = self.dtype, self.device
         steps = self.chunk_steps(full)
         self._check_memory(backward=True, steps=steps)
         ring = steps < T
-        alloc = empty if full else (lambda _q, shape, dtype: temporary(dev, shape, dtype))
         rows = min(steps, T)     # (T = 0: empty buffers)
-        dgx = alloc(q, (rows, N, D * GH), dt)
-        dgh = temporary(dev, (rows, N, D * GH), dt) if self.cell.separate_dgh else dgx
-        dr = temporary(dev, (rows, N, D * P), dt) if P else None
-        gring = temporary(dev, (2, N, D * GH), dt) if ring else self._dummy
-        res = {"dgx": dgx if full else None, "dgh": dgh if full else None, "dR": None,
-               "dwp": None, "dpeep": None}
-        if need_dR:
-            res["dR"] = dR.array if dR is not None else empty(q, (D, GH, K), dt)
-            dR = dR or Target(res["dR"], 0, GH * K)
+        dgx = self._new("dgx", (rows, N, D * GH), pooled=not full)   # (full: returned)
+        dgh = self._new("dgh", (rows, N, D * GH), pooled=True) if self.cell.separate_dgh else dgx
+        dr = self._new("dr", (rows, N, D * P), pooled=True) if P else None
+        gring = self._new("gring", (2, N, D * GH), pooled=True) if ring else self._dummy
+        dR_out = dwp_out = dpeep = None
+        if targets.need_dR:
+            dR_out = dR.array if dR is not None else self._new("dR", (D, GH, K), pooled=False)
+            dR = dR or Target(dR_out, 0, GH * K)
+        else:
+            dR = None
         if P:
-            res["dwp"] = dwp.array if dwp is not None else empty(q, (D, P, H), dt)
-            dwp = dwp or Target(res["dwp"], 0, P * H)
+            dwp_out = dwp.array if dwp is not None else self._new("dwp", (D, P, H), pooled=False)
+            dwp = dwp or Target(dwp_out, 0, P * H)
         if self.flags["HAS_PEEP"]:
-            res["dpeep"] = empty(q, (D * GH,), dt)
+            dpeep = self._new("dpeep", (D * GH,), pooled=False)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
             fill(inputs.dx, 0)    # both directions add to every step, in different chunks
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
         # program per cell configuration instead of one per subset of given gradients (each
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
         if dy is None and T and N:
-            dy = cla.zeros(q, (T, N, D * K), dt)
+            dy = self._new("dy", (T, N, D * K), pooled=False, zeros=True)
         if dhn is None:     # every (d, n) reads the same row of zeros
             dhn = StateView(read_only_zeros(dev, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:
@@ -523,9 +583,9 @@ class Recurrence:
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
         # the direct-path carries between consecutive steps: a ring of two steps
-        carry_h = temporary(dev, (2, N, D * H), dt)
-        carry_c = temporary(dev, (2, N, D * H), dt) if self.cell.has_c else None
-        rpk = fwd.get("rpk")
+        carry_h = self._new("carry_h", (2, N, D * H), pooled=True)
+        carry_c = self._new("carry_c", (2, N, D * H), pooled=True) if self.cell.has_c else None
+        rpk = None
         if self.cell.needs_hn and T and N:
             rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         # transposed packs for the reductions dh = dgh R (and dh = dr W_proj); rows that add
@@ -533,88 +593,75 @@ class Recurrence:
         rt = wt = None
         if N:
             rt = self.pack_t(R, G * H, K)
-            wt = self.pack_t(w_proj, P, H) if P else rt
+            wt = self.pack_t(w_proj, P, H, name="wt") if P else rt
         zrow = read_only_zeros(dev, dt, max(GH, K))
-        if fwd["y"] is None and (self.cell.bwd_needs_y or P):
-            raise ValueError(f"Recurrence.backward: fwd['y'] is needed for a {self.cell.kind} "
+        if fwd.y is None and (self.cell.bwd_needs_y or P):
+            raise ValueError(f"Recurrence.backward: fwd.y is needed for a {self.cell.kind} "
                              "cell or a projection (h cannot be rebuilt from the saved gates)")
-        y = fwd["y"] if T and fwd["y"] is not None else self._dummy
+        y = fwd.y if T and fwd.y is not None else self._dummy
 
-        def chunk_args(s_lo, s_hi):
-            return [_I32(s_lo), _I32(s_hi), _I32(ring), gring.base_data]
-
-        def proj_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(P), _I32(self.rev_mask), _I32(s),
-                    dgh.base_data, rt.base_data, zrow.base_data, self._or_dummy(dy),
-                    dr.base_data, dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
-                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn), self._or_dummy(lens),
-                    *chunk_args(s_lo, s_hi)]
-
-        def bwd_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(K), _I32(self.rev_mask), _I32(s),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, wt.base_data,
-                    zrow.base_data, self._or_dummy(rpk), self._or_dummy(hb),
-                    self._or_dummy(peep), y.base_data,
-                    self._or_dummy(fwd.get("cs") if T else None),
-                    self._or_dummy(dr if P else dy),
-                    dhn.array.base_data, _I64(dhn.sd), _I64(dhn.sn),
-                    dcn_v.array.base_data, _I64(dcn_v.sd), _I64(dcn_v.sn),
-                    self._or_dummy(dcs), carry_h.base_data, self._or_dummy(carry_c),
-                    dh0.array.base_data, _I64(dh0.sd), _I64(dh0.sn),
-                    dc0.array.base_data, _I64(dc0.sd), _I64(dc0.sn),
-                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn),
-                    c0.array.base_data, _I64(c0.sd), _I64(c0.sn),
-                    self._or_dummy(mask), self._or_dummy(lens), dt.type(self.clip),
-                    *chunk_args(s_lo, s_hi)]
-
-        def bwd_b_args(s, s_lo, s_hi):
-            return [_I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(s),
-                    fwd["sav"].base_data, dgx.base_data, dgh.base_data, rt.base_data,
-                    zrow.base_data, y.base_data, carry_h.base_data,
-                    h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                    self._or_dummy(lens), *chunk_args(s_lo, s_hi)]
+        # every argument by name but the chunk's steps (s_lo, s_hi) and the step s (no rows:
+        # no step kernels)
+        bwd = bwd_b = proj = None
+        if N:
+            base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
+                        ring=_I32(ring), gring=gring.base_data, lens=self._or_dummy(lens))
+            if P:
+                proj = dict(base, P=_I32(P), dgh=dgh.base_data, rt=rt.base_data,
+                            zrow=zrow.base_data, dy=self._or_dummy(dy), dr=dr.base_data,
+                            **_state_args("dhn", dhn), **_state_args("dh0", dh0))
+            bwd = dict(base, K=_I32(K), sav=fwd.sav.base_data, dgx=dgx.base_data,
+                       dgh=dgh.base_data, wt=wt.base_data, zrow=zrow.base_data,
+                       rpk=self._or_dummy(rpk), hb=self._or_dummy(hb), peep=self._or_dummy(peep),
+                       y=y.base_data, cs=self._or_dummy(fwd.cs if T else None),
+                       dy=self._or_dummy(dr if P else dy), **_state_args("dhn", dhn),
+                       **_state_args("dcn", dcn_v), dcs=self._or_dummy(dcs),
+                       carry_h=carry_h.base_data, carry_c=self._or_dummy(carry_c),
+                       **_state_args("dh0", dh0), **_state_args("dc0", dc0),
+                       **_state_args("h0", h0), **_state_args("c0", c0),
+                       mask=self._or_dummy(mask), clip=dt.type(self.clip))
+            if self.cell.two_phase:
+                bwd_b = dict(base, sav=fwd.sav.base_data, dgx=dgx.base_data, dgh=dgh.base_data,
+                             rt=rt.base_data, zrow=zrow.base_data, y=y.base_data,
+                             carry_h=carry_h.base_data, **_state_args("h0", h0),
+                             mask=self._or_dummy(mask))
 
         # chunks from the last step down (T = 0: one empty chunk, for the pseudo-step and the
         # zero weight gradients)
         bounds = [(max(0, hi - steps), hi) for hi in range(T, 0, -steps)] or [(0, 0)]
         for s_lo, s_hi in bounds:
             if N:
-                self._backward_chunk(prog, s_lo, s_hi, bwd_args, bwd_b_args,
-                                     proj_args if P else None)
+                self._backward_chunk(prog, s_lo, s_hi, bwd, bwd_b, proj)
             chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
-            self._chunk_weight_gradients(chunk, fwd, res, dR, dwp, h0=h0, c0=c0, mask=mask,
+            self._chunk_weight_gradients(chunk, fwd, dpeep, dR, dwp, h0=h0, c0=c0, mask=mask,
                                          lens=lens)
             if inputs is not None:
                 self._chunk_input_gradients(chunk, inputs)
-        return res
+        return Gradients(dgx=dgx if full else None, dgh=dgh if full else None, dR=dR_out,
+                         dwp=dwp_out, dpeep=dpeep)
 
-    def _backward_chunk(self, prog, s_lo, s_hi, bwd_args, bwd_b_args, proj_args):
+    def _backward_chunk(self, prog, s_lo, s_hi, bwd: dict[str, object],
+                        bwd_b: dict[str, object] | None, proj: dict[str, object] | None):
         """Enqueue the steps ``s_hi-1 .. s_lo`` of the backward (and, in the last chunk, the
         pseudo-step -1 that writes the gradients of h0 and c0): one launch for the chunk when
         :meth:`_whole_sequence` allows, else per step the projection, cell and second GRU
-        kernels."""
+        kernels. ``bwd``, ``bwd_b`` (two-phase cells) and ``proj`` (projection): the arguments
+        of those kernels by name, but the steps."""
         H, last = self.H, s_lo == 0
-        if self._fused_launch(prog, "pyrnn_bwd_seq", bwd_args(-1 if last else s_lo, s_lo, s_hi)):
+        span = dict(s_lo=_I32(s_lo), s_hi=_I32(s_hi))
+        if self._fused_launch(prog, "pyrnn_bwd_seq",
+                              dict(bwd, s_last=_I32(-1 if last else s_lo), **span)):
             return
-        kernels, index = [], {}
-        bb = None
-        if proj_args is not None:
-            bp = prog.kernel("pyrnn_bwd_proj")
-            set_args(bp, *proj_args(0, s_lo, s_hi))
-            kernels.append((bp, self._step_grid(self.P)))
-            index[bp] = 5
-        bw = prog.kernel("pyrnn_bwd")
-        set_args(bw, *bwd_args(0, s_lo, s_hi))
-        kernels.append((bw, self._step_grid(H)))
-        index[bw] = 5
-        if self.cell.two_phase:
-            bb = prog.kernel("pyrnn_bwd_b")
-            set_args(bb, *bwd_b_args(0, s_lo, s_hi))
-            kernels.append((bb, self._step_grid(H)))
-            index[bb] = 4
-        self._run_steps(kernels, index, range(s_hi - 1, s_lo - 1, -1))
+        kernels = []
+        if proj is not None:
+            kernels.append(self._step_kernel(prog, "pyrnn_bwd_proj", self.P, dict(proj, **span)))
+        kernels.append(self._step_kernel(prog, "pyrnn_bwd", H, dict(bwd, **span)))
+        first_phase = list(kernels)
+        if bwd_b is not None:
+            kernels.append(self._step_kernel(prog, "pyrnn_bwd_b", H, dict(bwd_b, **span)))
+        self._run_steps(kernels, range(s_hi - 1, s_lo - 1, -1))
         if last:   # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
-            self._run_steps([k for k in kernels if k[0] is not bb], index, [-1])
+            self._run_steps(first_phase, [-1])
 
     def _chunk_times(self, chunk, d):
         """``(t0, t1)``: the times of direction ``d`` in ``chunk`` (row 0 holds ``t0``)."""
@@ -622,7 +669,7 @@ class Recurrence:
             return self.T - chunk.s_hi, self.T - chunk.s_lo
         return chunk.s_lo, chunk.s_hi
 
-    def _chunk_weight_gradients(self, chunk, fwd, res, dR, dwp, *, h0, c0, mask, lens):
+    def _chunk_weight_gradients(self, chunk, fwd: Saved, dpeep, dR, dwp, *, h0, c0, mask, lens):
         """Add ``chunk``'s share to ``dR``, ``dW_proj`` and the peephole gradient (the first
         chunk overwrites them)."""
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
@@ -632,7 +679,7 @@ class Recurrence:
         rows = n * N
         if dR is not None:
             if mask is None and lens is None and not self.cell.two_phase \
-                    and fwd["y"] is not None:
+                    and fwd.y is not None:
                 # h[t-1] is y at the previous step (h0 at the first one): GEMMs on y shifted
                 # by one step, no gathered copy
                 for d in range(D):
@@ -643,7 +690,7 @@ class Recurrence:
                     else:       # t reads y[t-1], t = 0 reads h0
                         ya, yb, t_h0, shift = max(t0, 1), t1, 0, -1
                     c_off = dR.offset + d * dR.stride
-                    gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd["y"], dR.array,
+                    gemm(dev, dt, GH, K, max(yb - ya, 0) * N, chunk.dgh, fwd.y, dR.array,
                          trans_a=True, a_offset=(ya - t0) * N * D * GH + d * GH, lda=D * GH,
                          b_offset=max(ya + shift, 0) * N * D * K + d * K, ldb=D * K,
                          c_offset=c_off, beta=beta, k_block=WEIGHT_GRADIENT_K_BLOCK)
@@ -668,35 +715,37 @@ class Recurrence:
         if P:
             for d in range(D):
                 t0, _ = self._chunk_times(chunk, d)
-                gemm(dev, dt, P, H, rows, chunk.dr, fwd["hs"], dwp.array, trans_a=True,
+                gemm(dev, dt, P, H, rows, chunk.dr, fwd.hs, dwp.array, trans_a=True,
                      a_offset=d * P, lda=D * P, b_offset=t0 * N * D * H + d * H, ldb=D * H,
                      c_offset=dwp.offset + d * dwp.stride, beta=beta,
                      k_block=WEIGHT_GRADIENT_K_BLOCK)
-        if res["dpeep"] is not None:
+        if dpeep is not None:
             pg = self._program().kernel("pyrnn_peep_grad")
-            set_args(pg, _I32(T), _I32(N), _I32(H), _I32(self.rev_mask), _I32(chunk.s_lo),
-                     _I32(chunk.s_hi), dt.type(beta), chunk.dgx.base_data,
-                     self._or_dummy(fwd.get("cs") if T else None), c0.array.base_data,
-                     _I64(c0.sd), _I64(c0.sn), self._or_dummy(lens), res["dpeep"].base_data)
+            _sig("pyrnn_peep_grad").set(
+                pg, T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
+                s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), beta=dt.type(beta),
+                dgx=chunk.dgx.base_data, cs=self._or_dummy(fwd.cs if T else None),
+                **_state_args("c0", c0), lens=self._or_dummy(lens), dpeep=dpeep.base_data)
             enqueue(q, pg, (H, G, D))
 
-    def _gather_hin(self, chunk, fwd, h0, mask, lens):
+    def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
         two-phase cell ``hr = hin . g`` (g its late gate, a GRU's r): the right-hand sides of
         the recurrent weight gradient where lengths, a mask or the late gate make them differ
         from y, or where ``fwd`` has no ``y`` (LSTM, RNN: h computed from the saved gates and
         c)."""
         N, D, K, n = self.N, self.D, self.K, chunk.steps
-        dt, dev = self.dtype, self.device
-        hin = temporary(dev, (max(n, 1), N, D * K), dt)
-        hr = temporary(dev, (max(n, 1), N, D * K), dt) if self.cell.two_phase else None
+        dev = self.device
+        hin = self._new("hin", (max(n, 1), N, D * K), pooled=True)
+        hr = self._new("hr", (max(n, 1), N, D * K), pooled=True) if self.cell.two_phase else None
         if n and N:
             knl = self._program().kernel("pyrnn_gather_hin")
-            set_args(knl, _I32(self.T), _I32(N), _I32(K), _I32(self.rev_mask),
-                     _I32(chunk.s_lo), _I32(chunk.s_hi), self._or_dummy(fwd["y"]),
-                     h0.array.base_data, _I64(h0.sd), _I64(h0.sn), self._or_dummy(mask),
-                     self._or_dummy(lens), fwd["sav"].base_data, self._or_dummy(fwd.get("cs")),
-                     _I32(fwd["y"] is None), hin.base_data, self._or_dummy(hr))
+            _sig("pyrnn_gather_hin").set(
+                knl, T=_I32(self.T), N=_I32(N), K=_I32(K), rev_mask=_I32(self.rev_mask),
+                s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), y=self._or_dummy(fwd.y),
+                **_state_args("h0", h0), mask=self._or_dummy(mask), lens=self._or_dummy(lens),
+                sav=fwd.sav.base_data, cs=self._or_dummy(fwd.cs), from_sav=_I32(fwd.y is None),
+                hin=hin.base_data, hr=self._or_dummy(hr))
             enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 

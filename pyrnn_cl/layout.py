@@ -60,7 +60,8 @@ returns it empty, like ``reserve_space``.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -68,7 +69,38 @@ from ._arrays import check_choice, check_int
 from .cells import CUDNN_MODES, gates
 
 __all__ = ["RNN_MODES", "INPUT_MODES", "DIRECTIONS", "NUM_GATES", "CudnnLayout", "make_layout",
-           "swap01_strides", "HOST_RESERVED_SIZE", "host_signature", "RESERVE_ALIGN"]
+           "swap01_strides", "HOST_RESERVED_SIZE", "host_signature", "RESERVE_ALIGN", "Saved",
+           "Reserve", "SAVED_PARTS", "RESERVE_PARTS"]
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Saved(Generic[V]):
+    """What a layer's forward keeps for its backward, one field per sequence (``None``: absent):
+    the engine's forward result (arrays), and the names and widths of a layer's reserve parts
+    (:meth:`CudnnLayout.reserve_widths`). ``sav`` the saved gates ``[T][N][D*G*H]``, ``y`` the
+    output ``[T][N][D*K]``, ``cs`` (LSTM) the cell states ``[T][N][D*H]``, ``hs`` (projection)
+    h before it ``[T][N][D*H]``."""
+
+    sav: V | None = None
+    y: V | None = None
+    cs: V | None = None
+    hs: V | None = None
+
+
+@dataclass(frozen=True)
+class Reserve(Saved[V]):
+    """A layer's part of the cuDNN dialect's reserve space: what its forward saves and, for layers
+    after the first with dropout applied, ``xd``: its input after dropout."""
+
+    xd: V | None = None
+
+
+#: Names of :class:`Saved`'s fields, in reserve order: the one definition of those names.
+SAVED_PARTS: tuple[str, ...] = tuple(f.name for f in fields(Saved))
+#: Names of a layer's reserve parts, in order (:class:`Reserve`'s fields).
+RESERVE_PARTS: tuple[str, ...] = tuple(f.name for f in fields(Reserve))
 
 #: Gates per ``rnn_mode`` (a view of the cell registry, :func:`pyrnn_cl.cells.gates`).
 NUM_GATES = {mode: gates(mode) for mode in CUDNN_MODES}
@@ -191,22 +223,26 @@ class CudnnLayout:
 
     # -- reserve space ----------------------------------------------------------------------
 
+    def reserve_widths(self, l: int, dropout_applied: bool = False) -> Reserve[int]:
+        """Per direction widths of layer ``l``'s reserve parts (``None``: absent): ``sav``, ``y``
+        and (LSTM) ``cs``, (projection) ``hs``, (layers after the first, with dropout) ``xd``."""
+        return Reserve(sav=self.GH, y=self.R, cs=self.H if self.mode == "lstm" else None,
+                       hs=self.H if self.P else None,
+                       xd=self.R if dropout_applied and l else None)
+
     def reserve_parts(self, T: int, N: int, dropout_applied: bool = False):
-        """Per layer a dict ``name -> (offset, size)`` for ``sav``, ``y`` and (LSTM) ``cs``,
-        (projection) ``hs``, (layers after the first, with dropout) ``xd`` inside
-        ``reserve_space``; offsets are multiples of :data:`RESERVE_ALIGN`."""
+        """Per layer a dict ``name -> (offset, size)`` of its reserve parts
+        (:meth:`reserve_widths`, in :data:`RESERVE_PARTS` order) inside ``reserve_space``;
+        offsets are multiples of :data:`RESERVE_ALIGN`."""
         rows = T * N * self.D
         parts, pos = [], 0
         for l in range(self.L):
-            names = [("sav", self.GH), ("y", self.R)]
-            if self.mode == "lstm":
-                names.append(("cs", self.H))
-            if self.P:
-                names.append(("hs", self.H))
-            if dropout_applied and l:
-                names.append(("xd", self.R))
+            widths = self.reserve_widths(l, dropout_applied)
+            names = [(name, getattr(widths, name)) for name in RESERVE_PARTS]
             layer = {}
             for name, width in names:
+                if width is None:
+                    continue
                 pos = -(-pos // RESERVE_ALIGN) * RESERVE_ALIGN
                 layer[name] = (pos, rows * width)
                 pos += rows * width

@@ -265,11 +265,15 @@ class _Layer:
             engine.add_rows(q.device, q.dtype, gx, rows, width, self.b)
         return gx
 
-    def forward(self):
-        common = dict(h0=self.h0, c0=self.c0, hb=self.hb, peep=self.peep, mask=self.mask)
+    def layer_inputs(self) -> engine.LayerInputs:
+        """What the engine's forward and backward of this layer read besides the sequences."""
+        return engine.LayerInputs(self.R, self.h0, c0=self.c0, hb=self.hb, peep=self.peep,
+                                  mask=self.mask)
+
+    def forward(self) -> engine.Saved:
         if self.W is not None:      # the engine computes x W^T + b (in its kernel when small)
-            return self.rec.forward(None, self.R, x=self.x, w=self.W, xb=self.b, **common)
-        return self.rec.forward(self.input_gates(), self.R, **common)
+            return self.rec.forward(None, self.layer_inputs(), x=self.x, w=self.W, xb=self.b)
+        return self.rec.forward(self.input_gates(), self.layer_inputs())
 
     def backward(self, fwd, source_gradient, state_gradient, cell_gradient):
         q, T, N, D, H = self.call, self.T, self.N, self.D, self.H
@@ -290,22 +294,22 @@ class _Layer:
             dx=dx, dw=engine.Target(dW, 0, GH * I) if dW is not None else None,
             db=engine.Target(db, 0, GH) if db is not None else None,
             dhb=engine.Target(dhb, 0, GH) if dhb is not None else None)
-        grads = self.rec.backward(
-            fwd, self.R, h0=self.h0, c0=self.c0, dh0=dh0, dc0=dc0, hb=self.hb, peep=self.peep,
-            mask=self.mask, dy=dy, dhn=StateView(dhn, H, D * H) if dhn is not None else None,
-            dcn=StateView(dcn, H, D * H) if dcn is not None else None, inputs=side, full=full)
+        upstream = engine.Upstream(
+            dy=dy, dhn=StateView(dhn, H, D * H) if dhn is not None else None,
+            dcn=StateView(dcn, H, D * H) if dcn is not None else None)
+        grads = self.rec.backward(fwd, self.layer_inputs(), upstream,
+                                  engine.GradTargets(dh0, dc0=dc0, inputs=side), full=full)
         if full:
-            dx = grads["dgx"]
-        return dict(dx=dx, dR=grads["dR"], dW=dW, db=db, dhb=dhb, dh0=dh0.array,
-                    dc0=dc0.array if dc0 else None, dpeep=grads["dpeep"])
+            dx = grads.dgx
+        return dict(dx=dx, dR=grads.dR, dW=dW, db=db, dhb=dhb, dh0=dh0.array,
+                    dc0=dc0.array if dc0 else None, dpeep=grads.dpeep)
 
-    def saved_forward(self, z_state, y=None, cs=None):
-        """The engine's forward dict from what the gradient ops receive. An LSTM or RNN
+    def saved_forward(self, z_state, y=None, cs=None) -> engine.Saved:
+        """The engine's forward results from what the gradient ops receive. An LSTM or RNN
         gradient is not given h: the engine computes h[t-1] from the saved gates (and c) chunk
         by chunk where it needs it, so no h sequence is rebuilt here."""
         q, T, N, D, H, G = self.call, self.T, self.N, self.D, self.H, self.G
-        return {"sav": q.dev("z_state", z_state, (T, N, D * G * H)), "y": y, "cs": cs,
-                "hs": None}
+        return engine.Saved(sav=q.dev("z_state", z_state, (T, N, D * G * H)), y=y, cs=cs)
 
 
 def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, init_cell, mask,
@@ -318,11 +322,11 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
                    init_cell, mask, peephole, secondary_bias)
     fwd = layer.forward()
     T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
-    outs = [call.out(fwd["y"], (T, N, D * H))]
+    outs = [call.out(fwd.y, (T, N, D * H))]
     if layer.cell.has_c and (desc.training or desc.produce_cell):
-        outs.append(call.out(fwd["cs"], (T, N, D * H)))
+        outs.append(call.out(fwd.cs, (T, N, D * H)))
     if desc.training:
-        outs.append(call.out(fwd["sav"], (T, N, D * G * H)))
+        outs.append(call.out(fwd.sav, (T, N, D * G * H)))
     return outs
 
 

@@ -234,9 +234,9 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
     _copy_cols(q, bias, 3 * H, 0, q.dev("b_ru", b_ru), 2 * H, 0, 1, 2 * H)
     _copy_cols(q, bias, 3 * H, 2 * H, q.dev("b_c", b_c), H, 0, 1, H)
     gx = engine.input_projection(q.device, q.dtype, xd, N, I, W, 3 * H, bias)
-    fwd = rec.forward(gx.reshape((1, N, 3 * H)), R, h0=StateView(hd, N * H, H))
-    r, u, c = _col_outputs(q, fwd["sav"], N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3)
-    return r, u, c, q.out(fwd["y"], (N, H))
+    fwd = rec.forward(gx.reshape((1, N, 3 * H)), engine.LayerInputs(R, StateView(hd, N * H, H)))
+    r, u, c = _col_outputs(q, fwd.sav, N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3)
+    return r, u, c, q.out(fwd.y, (N, H))
 
 
 @entry_point
@@ -289,13 +289,16 @@ def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: 
     sav = q.empty((1, N, 3 * H))                      # saved gates, blocks [r | u | c]
     for k, (name, a) in enumerate((("r", r), ("u", u), ("c", c))):
         _copy_cols(q, sav, 3 * H, k * H, q.dev(name, a), H, 0, N, H)
-    fwd = {"sav": sav, "y": hd, "cs": None, "hs": None}   # y is not read when T = 1
+    fwd = engine.Saved(sav=sav, y=hd)   # y is not read when T = 1
     dh0 = q.empty((N, H))
     d_x = q.empty((N, I))
-    grads = rec.backward(fwd, R, h0=StateView(hd, N * H, H), dh0=StateView(dh0, N * H, H),
-                         dy=q.dev("d_h", d_h), need_dR=False, full=True,
-                         inputs=engine.InputSide(I, w=engine.Target(W, 0, 3 * H * I), dx=d_x))
-    dgx = grads["dgx"]
+    grads = rec.backward(fwd, engine.LayerInputs(R, StateView(hd, N * H, H)),
+                         engine.Upstream(dy=q.dev("d_h", d_h)),
+                         engine.GradTargets(StateView(dh0, N * H, H), need_dR=False,
+                                            inputs=engine.InputSide(
+                                                I, w=engine.Target(W, 0, 3 * H * I), dx=d_x)),
+                         full=True)
+    dgx = grads.dgx
     d_c_bar, d_rbub = _col_outputs(q, dgx, N, 3 * H, [(2 * H, H), (0, 2 * H)],
                                    [(N, H), (N, 2 * H)])
     return q.out(d_x, (N, I)), q.out(dh0, (N, H)), d_c_bar, d_rbub
@@ -403,36 +406,40 @@ class _LSTM:
         q, T, N, H, GH = self.call, self.T, self.N, self.H, 4 * self.H
         gx = engine.input_projection(q.device, q.dtype, self.x, T * N, self.I, self.W, GH,
                                      self.bias).reshape((T, N, GH))
-        fwd = self.rec.forward(gx, self.R, h0=self.h0, c0=self.c0, peep=self.peep,
-                               lens=self.lens)
-        i, f, o, ci = _col_outputs(q, fwd["sav"], T * N, GH,
+        fwd = self.rec.forward(gx, self.layer_inputs())
+        i, f, o, ci = _col_outputs(q, fwd.sav, T * N, GH,
                                    [(self.layout[g] * H, H) for g in "ifoc"], [shape] * 4)
-        cs = fwd["cs"]
+        cs = fwd.cs
         return (i, q.out(cs, shape), f, o, ci, q.out(_tanh(q, cs), shape),
-                q.out(fwd["y"], shape))
+                q.out(fwd.y, shape))
+
+    def layer_inputs(self) -> engine.LayerInputs:
+        """What the engine's forward and backward of this layer read besides the sequences."""
+        return engine.LayerInputs(self.R, self.h0, c0=self.c0, peep=self.peep, lens=self.lens)
 
     # -- backward ---------------------------------------------------------------------------
 
-    def backward(self, gates, cs, h, cs_grad, h_grad, **more):
-        """Engine backward from the given forward outputs; returns (engine fwd dict, grads,
-        dh0, dc0). ``gates`` maps ``i, f, c, o`` to ``(name, array)``; ``more`` goes to
-        :meth:`Recurrence.backward` (weight gradients wanted, ``full``)."""
+    def backward(self, gates, cs, h, cs_grad, h_grad, *, need_dR=True, inputs=None, full=False):
+        """Engine backward from the given forward outputs; returns (engine ``Saved``,
+        ``Gradients``, dh0, dc0). ``gates`` maps ``i, f, c, o`` to ``(name, array)``;
+        ``need_dR``, ``inputs`` (:class:`engine.InputSide`) and ``full`` go to
+        :meth:`Recurrence.backward`."""
         q, T, N, H, GH = self.call, self.T, self.N, self.H, 4 * self.H
         sav = q.empty((T, N, GH))
         for g, (name, a) in gates.items():
             _copy_cols(q, sav, GH, self.layout[g] * H, q.dev(name, a), H, 0, T * N, H)
         y = self.h0.array if h is None else q.dev("h", h)   # y is not read when T = 1
-        fwd = {"sav": sav, "y": y, "cs": q.dev("cs", cs), "hs": None}
+        fwd = engine.Saved(sav=sav, y=y, cs=q.dev("cs", cs))
         dh0, dc0 = StateView(q.empty((N, H)), N * H, H), StateView(q.empty((N, H)), N * H, H)
-        grads = self.rec.backward(fwd, self.R, h0=self.h0, c0=self.c0, dh0=dh0, dc0=dc0,
-                                  peep=self.peep, lens=self.lens, dy=q.dev("h_grad", h_grad),
-                                  dcs=q.dev("cs_grad", cs_grad), **more)
+        upstream = engine.Upstream(dy=q.dev("h_grad", h_grad), dcs=q.dev("cs_grad", cs_grad))
+        targets = engine.GradTargets(dh0, dc0=dc0, need_dR=need_dR, inputs=inputs)
+        grads = self.rec.backward(fwd, self.layer_inputs(), upstream, targets, full=full)
         return fwd, grads, dh0.array, dc0.array
 
     def peephole_grads(self, grads):
         """``(wci_grad, wcf_grad, wco_grad)`` (zeros without peepholes)."""
         q, H = self.call, self.H
-        dpeep = grads["dpeep"] if self.use_peephole else None
+        dpeep = grads.dpeep if self.use_peephole else None
         if dpeep is None:
             return tuple(q.out(q.zeros((H,))) for _ in range(3))
         return tuple(_col_outputs(q, dpeep, 1, 4 * H, [(self.layout[g] * H, H) for g in "ifo"],
@@ -502,7 +509,7 @@ def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci:
     _, grads, _, dc0 = layer.backward(gates, cs, None, cs_grad, h_grad, need_dR=False,
                                       full=True)
     N, H = layer.N, layer.H
-    return (call.out(dc0, (N, H)), call.out(grads["dgx"], (N, 4 * H)),
+    return (call.out(dc0, (N, H)), call.out(grads.dgx, (N, 4 * H)),
             *layer.peephole_grads(grads))
 
 
@@ -556,7 +563,7 @@ def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, 
     side = engine.InputSide(I, x=layer.x, w=engine.Target(layer.W, 0, GH * I), dx=x_grad,
                             dw=engine.Target(dW, 0, GH * I), db=engine.Target(db, 0, GH))
     _, grads, dh0, dc0 = layer.backward(gates, cs, h, cs_grad, h_grad, inputs=side)
-    dR = grads["dR"]
+    dR = grads.dR
     w_grad = q.empty((I + H, GH))   # [dWᵀ ; dRᵀ]
     _transpose_into(q, w_grad, 0, GH, dW, 0, I, GH, I)
     _transpose_into(q, w_grad, I * GH, GH, dR, 0, H, GH, H)

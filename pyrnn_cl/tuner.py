@@ -267,7 +267,7 @@ def _tied(candidate: dict, name: str, best: dict) -> dict:
 
     * ``GEMM_VW``: ``GEMM_TN`` keeps the tile's vector count;
     * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES`` gate the same whole-sequence rule
-      (``engine._whole_sequence_fits``: R up to the first while groups x R stays within the
+      (``plan._whole_sequence_fits``: R up to the first while groups x R stays within the
       second), so raising one alone changes nothing while the other blocks: raising the size
       limit raises the stream limit to 8x it at least, and raising the stream limit raises the
       size limit to 1/8 of it at least (8x: the PoCL profile's measured pair, 4 and 32 MiB).

@@ -50,7 +50,7 @@ from .errors import TuningWarning
 __all__ = [
     "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
     "entry_key", "entry_path", "shipped_path", "load_entry", "save_entry", "make_entry",
-    "trial", "is_tuned", "valid_values", "clamp_work_group",
+    "trial", "is_tuned", "valid_values", "clamp_work_group", "CPU_REC_BWD_ROWS",
 ]
 
 FORMAT = 1  # version of the entry file format
@@ -58,6 +58,10 @@ FORMAT = 1  # version of the entry file format
 _log = logging.getLogger(__name__)
 
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+
+#: ``REC_BWD_ROWS`` derived for CPU-like devices (:func:`derive`): also the rows a layer plan
+#: and the bench's memory model assume when no device says otherwise.
+CPU_REC_BWD_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             "REC_SEQ_BYTES": 1 << 18,
             "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
-            "REC_BWD_ROWS": 2048,
+            "REC_BWD_ROWS": CPU_REC_BWD_ROWS,
         }
         reduce = {"REDUCE_VW": vw, "REDUCE_NV": 4, "REDUCE_WG": clamp_work_group(info, 8)}
     else:

@@ -28,7 +28,7 @@ from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
 from helpers.device import needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
-from pyrnn_cl import engine
+from pyrnn_cl import engine, plan
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
 from pyrnn_cl.programs import launch_count
 from reference import mps_ref as M
@@ -165,18 +165,19 @@ def test_sequence_lengths(device, cell):
     c0 = view(dev(inputs["init_cell"])) if kind == "lstm" else None
     rec = engine.Recurrence(device, dt, spec, T=T, N=N, H=H, D=D, rev_mask=0b10, has_mask=True,
                             has_len=True, has_hb=hb is not None, has_peep=peep is not None)
-    fwd = rec.forward(gx, R_d, h0=h0, c0=c0, hb=hb, peep=peep, mask=mask, lens=lens_d)
+    layer = engine.LayerInputs(R_d, h0, c0=c0, hb=hb, peep=peep, mask=mask, lens=lens_d)
+    fwd = rec.forward(gx, layer)
     hn = view(cla.empty(q, (N, D * H), dt))
-    rec.final_state(fwd["y"], H, h0, hn, lens=lens_d)
+    rec.final_state(fwd.y, H, h0, hn, lens=lens_d)
     if kind == "lstm":
         cn = view(cla.empty(q, (N, D * H), dt))
-        rec.final_state(fwd["cs"], H, c0, cn, lens=lens_d)
+        rec.final_state(fwd.cs, H, c0, cn, lens=lens_d)
     dh0 = view(cla.empty(q, (N, D * H), dt))
     dc0 = view(cla.empty(q, (N, D * H), dt)) if kind == "lstm" else None
-    grads = rec.backward(fwd, R_d, h0=h0, c0=c0, dh0=dh0, dc0=dc0, hb=hb, peep=peep, mask=mask,
-                         lens=lens_d, dy=dev(dy), dhn=view(dev(dhn)),
-                         dcn=view(dev(dcn)) if dcn is not None else None, full=True)
-    dR = grads["dR"]
+    upstream = engine.Upstream(dy=dev(dy), dhn=view(dev(dhn)),
+                               dcn=view(dev(dcn)) if dcn is not None else None)
+    grads = rec.backward(fwd, layer, upstream, engine.GradTargets(dh0, dc0=dc0), full=True)
+    dR = grads.dR
 
     # ---- the reference, row by row on the valid prefix
     y_ref = np.zeros((T, N, D * H))
@@ -216,15 +217,15 @@ def test_sequence_lengths(device, cell):
             dpeep_ref += g["peephole"]
             dc0_ref[n] = g["init_cell"][0]
 
-    assert_close(fwd["y"].get(), y_ref, what="y")
+    assert_close(fwd.y.get(), y_ref, what="y")
     assert_close(hn.array.get(), hn_ref, what="final h")
-    assert_close(grads["dgx"].get(), dgx_ref, what="dgx", part="gradient")
+    assert_close(grads.dgx.get(), dgx_ref, what="dgx", part="gradient")
     assert_close(dR.get().reshape(dR_ref.shape), dR_ref, what="dR", part="gradient")
     assert_close(dh0.array.get(), dh0_ref, what="dh0", part="gradient")
     if kind == "lstm":
-        assert_close(fwd["cs"].get(), c_ref, what="c")
+        assert_close(fwd.cs.get(), c_ref, what="c")
         assert_close(cn.array.get(), cn_ref, what="final c")
-        assert_close(grads["dpeep"].get().reshape(D, 4 * H), dpeep_ref, what="dpeep",
+        assert_close(grads.dpeep.get().reshape(D, 4 * H), dpeep_ref, what="dpeep",
                      part="gradient")
         assert_close(dc0.array.get(), dc0_ref, what="dc0", part="gradient")
 
@@ -419,10 +420,10 @@ def test_input_product_in_the_sequence_kernel(device, monkeypatch, cell, dtype):
 
 
 def test_whole_sequence_rule():
-    """Which layers run the whole sequence in one launch (``engine._whole_sequence_fits``), from
+    """Which layers run the whole sequence in one launch (``plan._whole_sequence_fits``), from
     the three tuning values as documented: small R always; a larger R (up to the maximum) only
     with a work-group per compute unit and at most the streamed-bytes limit per step."""
-    fits = engine._whole_sequence_fits
+    fits = plan._whole_sequence_fits
     t = {"REC_SEQ_BYTES": 256, "REC_SEQ_MAX_BYTES": 4096, "REC_SEQ_STREAM_BYTES": 16384}
     assert fits(t, 2, 256, 1)                  # small: always, even one group on two units
     assert not fits(t, 2, 0, 4)                # no weights (H = 0): never
@@ -457,7 +458,7 @@ def test_whole_sequence_kernels_at_mid_sizes(device, monkeypatch, cell):
     G = S.GATES[kind]
     tuning = device.tuning("recurrence")
     nb = min(int(tuning.get("REC_NB", 4)), 1 << max(0, N - 1).bit_length())
-    expect = cell != "gru-before" and engine._whole_sequence_fits(
+    expect = cell != "gru-before" and plan._whole_sequence_fits(
         tuning, cu, G * 272 * 272 * 4, 2 * ((N + nb - 1) // nb))
     assert launched, "no layer ran"
     assert all(ran == expect for _, ran in launched), (launched, expect)

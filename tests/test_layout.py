@@ -204,3 +204,17 @@ def test_conversion_validation():
         rc.cudnn_rnn_params_to_canonical(1, 3, 2, np.zeros(10), **kw)
     with pytest.raises(TypeError, match="params"):
         rc.cudnn_rnn_params_to_canonical(1, 3, 2, np.zeros(54, np.int32), **kw)
+
+
+def test_reserve_part_names_are_the_engine_fields():
+    """The reserve parts are named by the fields of the engine's forward result (one
+    definition: ``layout.Saved``), ``xd`` added by ``layout.Reserve``."""
+    from pyrnn_cl import engine
+
+    assert engine.Saved is LY.Saved
+    assert LY.SAVED_PARTS == ("sav", "y", "cs", "hs")
+    assert LY.RESERVE_PARTS == LY.SAVED_PARTS + ("xd",)
+    lay = LY.make_layout(2, 5, 2, rnn_mode="lstm", num_proj=3)
+    for l, layer in enumerate(lay.reserve_parts(3, 2, dropout_applied=True)):
+        widths = lay.reserve_widths(l, dropout_applied=True)
+        assert list(layer) == [n for n in LY.RESERVE_PARTS if getattr(widths, n) is not None]

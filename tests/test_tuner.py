@@ -107,7 +107,7 @@ def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
     """A layer that only gets faster with whole-sequence kernels needs REC_SEQ_MAX_BYTES and
     REC_SEQ_STREAM_BYTES raised together (neither does anything alone): from limits that keep
     it off, the search still finds a setting that turns it on."""
-    from pyrnn_cl.engine import _whole_sequence_fits
+    from pyrnn_cl.plan import _whole_sequence_fits
 
     cus = device.info.compute_units
     r_bytes = 1 << 20                       # above REC_SEQ_BYTES, a work-group per core

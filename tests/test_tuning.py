@@ -78,6 +78,37 @@ def _wg_limit(info):
     return min(limit, info.max_work_item_sizes[0]) if info.max_work_item_sizes else limit
 
 
+def test_kernel_source_defaults_are_the_derived_ones():
+    """The ``#ifndef`` defaults of the kernel sources (what a file compiles with on its own)
+    are :func:`tuning.derive`'s values for an AVX-512 CPU, float32 and, where a source picks
+    by ``PYRNN_DTYPE``, float64: one source of defaults. (``REC_VW`` defaults to 1 in
+    ``common.h``, valid for every H; the host always passes it.)"""
+    import re
+
+    from pyrnn_cl.sources import read_source
+
+    derived = tuning.derive(AVX512_CPU, profile_for(AVX512_CPU))
+    files = {"gemm.cl": ("gemm", "gemm_f64"), "reduce.cl": ("reduce", None),
+             "recurrence.cl": ("recurrence", "recurrence")}
+    checked = 0
+    for name, (f32, f64) in files.items():
+        text = read_source(name)
+        for key in derived[f32]:
+            values = re.findall(rf"^#define {key} (\(\d+ \* GEMM_VW\)|\d+)", text, re.M)
+            if not values:
+                continue
+            ints = [int(v) if v.isdigit() else int(v[1:].split()[0]) * derived[f32]["GEMM_VW"]
+                    for v in values]      # (4 * GEMM_VW): the float32 GEMM_VW
+            if len(ints) == 2:      # #if PYRNN_DTYPE == 2: float64, #else float32
+                assert ints[1] == derived[f32][key], (name, key)
+                if f64 is not None:
+                    assert ints[0] == derived[f64][key], (name, key)
+            else:
+                assert ints == [derived[f32][key]], (name, key)
+            checked += 1
+    assert checked == 11
+
+
 @pytest.mark.parametrize("info", ZOO, ids=lambda i: i.name)
 def test_derived_defaults_are_complete_and_within_the_device_limits(info):
     profile = profile_for(info)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..tuning import CPU_REC_BWD_ROWS
 from .configs import FLOP_CONVENTION, _resolve_configs, _storage_dtype, _tiers
 from .machine import _machine, _openblas_set_threads, sgemm_gflops
 from .memory import memory_estimate
@@ -132,7 +133,7 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         if cfg.layers > 1 and ours.dialect != "cudnn":
             entry["note"] += "two stacked MPSGraph layers (no cuDNN dialect)"
         entry["dialect"] = ours.dialect
-        rows = int(dev.tuning("recurrence").get("REC_BWD_ROWS", 2048))
+        rows = int(dev.tuning("recurrence").get("REC_BWD_ROWS", CPU_REC_BWD_ROWS))
         entry["memory_bytes"] = memory_estimate(
             cfg, bwd_rows=rows, dialect="cudnn" if ours.dialect == "cudnn" else "mps")
         y_ours = ours.forward_output() if check and torch_mod is not None else None

@@ -1,0 +1,223 @@
+"""One layer's plan, computed once (oneDNN's ``rnn_conf_t``): its shapes, the launch choices
+(units and batch rows per work-item, whole-sequence or per-step kernels, backward chunk steps)
+and the size of every buffer the engine allocates for it.
+
+:class:`pyrnn_cl.engine.Recurrence` makes its launches and allocations from a plan
+(:meth:`LayerPlan.for_device`), and :func:`pyrnn_cl.bench.memory_estimate` reports its byte
+counts from plans: one model of the buffers. Nothing here touches a device.
+
+Buffer names (elements of ``dtype``; ``K`` = ``P`` or ``H``, ``GH`` = ``G*H``, ``rows`` the
+steps of one backward chunk, at most ``T``):
+
+forward
+    ``sav`` ``[T][N][D*GH]`` (the saved gates; allocated when the forward projects ``x``
+    itself), ``y`` ``[T][N][D*K]``, ``cs`` ``[T][N][D*H]`` (LSTM), ``hs`` ``[T][N][D*H]``
+    (projection; a two-phase cell instead has ``hs_step`` ``[D*N*H]``), the packs ``rpk`` of
+    ``R`` ``[D*GH*K]``, ``wpk_x`` of ``W`` ``[D*GH*I]`` (input projection inside the
+    whole-sequence kernel) and ``wpk_proj`` of ``W_proj`` ``[D*P*H]``.
+backward
+    ``dgx`` ``[rows][N][D*GH]`` and (``CellSpec.separate_dgh``) ``dgh``, ``dr``
+    ``[rows][N][D*P]``, the ring ``gring`` ``[2][N][D*GH]`` (more than one chunk), the carries
+    ``carry_h``/``carry_c`` ``[2][N][D*H]``, the packs ``rpk`` (cells that recompute hn), ``rt``
+    ``[D*GH*K]`` and ``wt`` ``[D*P*H]``, per chunk the gathered ``hin``/``hr``
+    ``[max(steps, 1)][N][D*K]`` (:meth:`LayerPlan.gathers`), the results ``dR`` ``[D*GH*K]``,
+    ``dwp`` ``[D*P*H]``, ``dpeep`` ``[D*GH]`` when the caller gives no place for them, and
+    ``dy`` ``[T][N][D*K]`` (zeros) when no output gradient is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cells import CellSpec
+from .tuning import CPU_REC_BWD_ROWS
+
+__all__ = ["LayerPlan", "backward_chunk_steps"]
+
+
+def _vector_width(limit, *sizes):
+    """The largest of 16, 8, 4, 2, 1 not above ``limit`` that divides every size."""
+    for vw in (16, 8, 4, 2, 1):
+        if vw <= limit and all(s % vw == 0 for s in sizes):
+            return vw
+    return 1
+
+
+def backward_chunk_steps(T, N, rows):
+    """Steps per backward chunk for ``rows`` (``REC_BWD_ROWS``) rows of gate gradients of
+    ``N`` rows each: ``ceil(rows / N)``, at least one, at most ``T``."""
+    return max(1, min(T, -(-rows // max(N, 1))))
+
+
+def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
+    """Whether a layer whose step is one kernel runs the whole sequence in one launch (one
+    work-group per ``REC_NB`` batch rows and direction, holding every unit; a barrier between
+    steps) instead of one launch per step. Tuning values (0: off):
+
+    * ``REC_SEQ_BYTES``: always when one direction's ``R`` has at most this many bytes; such
+      layers are bound by launch and host time.
+    * ``REC_SEQ_MAX_BYTES`` and ``REC_SEQ_STREAM_BYTES``: a larger ``R``, up to
+      ``REC_SEQ_MAX_BYTES``, when the launch still has a work-group per compute unit and
+      ``groups x R`` (what the groups stream from cache every step: each reads all of its
+      direction's ``R``, where per-step launches let neighbouring batch groups share a slab)
+      is at most ``REC_SEQ_STREAM_BYTES``.
+    """
+    if r_bytes <= 0:
+        return False
+    if r_bytes <= int(tuning.get("REC_SEQ_BYTES", 0)):
+        return True
+    return (r_bytes <= int(tuning.get("REC_SEQ_MAX_BYTES", 0)) and groups >= compute_units
+            and groups * r_bytes <= int(tuning.get("REC_SEQ_STREAM_BYTES", 0)))
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Shapes, launch choices and buffer sizes of one layer of ``D`` directions of ``cell``
+    over ``T`` steps of ``N`` rows (module docstring). The launch choices (``vw``, ``nb``,
+    ``wg``, ``fused``) come from a device's tuning (:meth:`for_device`); they change no buffer
+    size, so a plan built without a device (the defaults) sizes buffers just the same."""
+
+    cell: CellSpec
+    T: int
+    N: int
+    H: int
+    D: int = 1
+    P: int = 0
+    itemsize: int = 4
+    bwd_rows: int = CPU_REC_BWD_ROWS  # REC_BWD_ROWS: rows (steps x N) of gate gradients a chunk
+    vw: int = 1              # units per work-item
+    nb: int = 1              # batch rows per work-item
+    wg: int = 0              # work-items per group along the batch groups (0: the driver's)
+    fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
+
+    @classmethod
+    def for_device(cls, cell: CellSpec, dtype, tuning: Mapping, compute_units: int, *, T: int,
+                   N: int, H: int, D: int = 1, P: int = 0) -> LayerPlan:
+        """The plan of a layer on a device with recurrence ``tuning`` and ``compute_units``."""
+        dtype = np.dtype(dtype)
+        T, N, H, D, P = int(T), int(N), int(H), int(D), int(P)
+        K = P or H
+        limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
+        vw = _vector_width(limit, H, *((P,) if P else ()))
+        # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
+        nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
+        fused = (not P and not cell.two_phase
+                 and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * dtype.itemsize,
+                                          D * ((N + nb - 1) // nb)))
+        return cls(cell, T, N, H, D, P, dtype.itemsize,
+                   bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
+                   wg=max(0, int(tuning["REC_WG"])), fused=fused)
+
+    # -- shapes -----------------------------------------------------------------------------
+
+    @property
+    def K(self) -> int:
+        """Width of the recurrent state: ``P`` or ``H``."""
+        return self.P or self.H
+
+    @property
+    def G(self) -> int:
+        return self.cell.G
+
+    @property
+    def GH(self) -> int:
+        return self.cell.G * self.H
+
+    def chunk_steps(self, full: bool = False) -> int:
+        """Steps per backward chunk: enough for ``bwd_rows`` rows (T*N) of gate gradients, at
+        least one; every step when ``full``."""
+        if full:
+            return max(self.T, 1)
+        return backward_chunk_steps(self.T, self.N, self.bwd_rows)
+
+    def gathers(self, *, y_given: bool, masked: bool = False, lengths: bool = False) -> bool:
+        """Whether the recurrent weight gradient reads gathered inputs ``hin`` (and ``hr``)
+        rather than ``y`` shifted by a step: with a mask, lengths, a two-phase cell or no
+        ``y``."""
+        return masked or lengths or self.cell.two_phase or not y_given
+
+    # -- buffers (bytes, by name) -----------------------------------------------------------
+
+    def _bytes(self, elements: dict[str, int]) -> dict[str, int]:
+        return {name: n * self.itemsize for name, n in elements.items()}
+
+    def forward_buffers(self, *, x_width: int | None = None, in_kernel: bool = False,
+                        given: frozenset[str] = frozenset()) -> dict[str, int]:
+        """Bytes of every buffer a forward allocates: ``x_width`` the input width when the
+        forward projects ``x`` itself (``in_kernel``: inside the whole-sequence kernel),
+        ``given`` the names of the results the caller provides (``y``, ``cs``, ``hs``)."""
+        T, N, H, D, P, K, GH = self.T, self.N, self.H, self.D, self.P, self.K, self.GH
+        out: dict[str, int] = {}
+        if x_width is not None:
+            out["sav"] = T * N * D * GH
+        if "y" not in given:
+            out["y"] = T * N * D * K
+        if self.cell.has_c and "cs" not in given:
+            out["cs"] = T * N * D * H
+        if P:
+            if "hs" not in given:
+                out["hs"] = T * N * D * H
+        elif self.cell.two_phase:
+            out["hs_step"] = D * N * H
+        if T and N:
+            out["rpk"] = D * GH * K
+            if in_kernel:
+                out["wpk_x"] = D * GH * int(x_width or 0)
+            if P:
+                out["wpk_proj"] = D * P * H
+        return self._bytes(out)
+
+    def backward_buffers(self, *, steps: int, gathers: bool = False, dy_given: bool = True,
+                         need_dR: bool = True, dR_given: bool = False, dwp_given: bool = False,
+                         peephole: bool = False) -> dict[str, int]:
+        """Bytes of every buffer a backward in chunks of ``steps`` (:meth:`chunk_steps`)
+        allocates (``hin``/``hr``: those of the largest chunk, allocated once per chunk):
+        ``gathers`` (:meth:`gathers`), whether the caller gives ``dy`` and the places of
+        ``dR``/``dwp``, whether ``dR`` is wanted, ``peephole`` a peephole gradient."""
+        T, N, H, D, P, K, GH = self.T, self.N, self.H, self.D, self.P, self.K, self.GH
+        rows = min(steps, T)
+        out: dict[str, int] = {"dgx": rows * N * D * GH}
+        if self.cell.separate_dgh:
+            out["dgh"] = rows * N * D * GH
+        if P:
+            out["dr"] = rows * N * D * P
+        if steps < T:
+            out["gring"] = 2 * N * D * GH
+        if need_dR and not dR_given:
+            out["dR"] = D * GH * K
+        if P and not dwp_given:
+            out["dwp"] = D * P * H
+        if peephole:
+            out["dpeep"] = D * GH
+        if not dy_given and T and N:
+            out["dy"] = T * N * D * K
+        out["carry_h"] = 2 * N * D * H
+        if self.cell.has_c:
+            out["carry_c"] = 2 * N * D * H
+        if self.cell.needs_hn and T and N:
+            out["rpk"] = D * GH * K
+        if N:
+            out["rt"] = D * GH * K
+            if P:
+                out["wt"] = D * P * H
+        if gathers and need_dR:
+            out["hin"] = max(rows, 1) * N * D * K
+            if self.cell.two_phase:
+                out["hr"] = max(rows, 1) * N * D * K
+        return self._bytes(out)
+
+    def checked_buffers(self, backward: bool, steps: int = 0) -> list[int]:
+        """Bytes of the buffers the engine's memory check counts (``_arrays.check_memory``):
+        the sequences of a forward (saved gates, y, c, h before the projection) and R's pack;
+        for a backward in chunks of ``steps`` also a chunk's gate gradients (both kinds), its
+        ``dr`` and gathered inputs, the carries and the ring."""
+        fwd = self.forward_buffers(x_width=0)
+        out = [fwd[n] for n in ("sav", "y", "cs", "hs", "rpk") if n in fwd]
+        if backward:
+            bwd = self.backward_buffers(steps=steps, gathers=True)
+            out += [bwd[n] for n in ("dgx", "dgh", "dr", "gring", "carry_h", "carry_c", "hin")
+                    if n in bwd]
+        return out

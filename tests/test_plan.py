@@ -1,0 +1,131 @@
+"""The layer plan (``pyrnn_cl.plan.LayerPlan``): its byte counts are the engine's allocations.
+
+Each configuration runs one forward and one backward through the engine while every buffer the
+engine allocates (``Recurrence._new``, through which all of them go) is recorded by name, and
+the recorded byte counts are compared with the plan's :meth:`forward_buffers` and
+:meth:`backward_buffers` for that call.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from helpers.device import override_tuning
+from pyrnn_cl import engine
+from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
+
+A = ACTIVATIONS
+SIG, TANH = A["sigmoid"], A["tanh"]
+CELLS = {
+    "lstm": CellSpec("lstm", (0, 1, 2, 3), (SIG, SIG, TANH, SIG)),
+    "lstm-peep": CellSpec("lstm", (0, 1, 2, 3), (SIG, SIG, TANH, SIG), peephole=PEEP_MPS),
+    "gru-after": CellSpec("gru", (1, 0, 2), (SIG, SIG, TANH), reset_after=True, flip_z=True),
+    "gru-before": CellSpec("gru", (0, 1, 2), (SIG, SIG, TANH)),
+    "rnn": CellSpec("rnn", (0,), (TANH,)),
+}
+
+# (cell, T, N, H, D, P, REC_BWD_ROWS, options)
+CONFIGS = {
+    "lstm-bi-chunked": ("lstm", 7, 3, 8, 2, 0, 6, {}),
+    "lstm-proj-bi-chunked-dR-given": ("lstm", 5, 2, 8, 2, 4, 4, {"dR_given": True}),
+    "lstm-peep-mask-no-dy": ("lstm-peep", 4, 3, 4, 1, 0, 2048, {"mask": True, "dy": False}),
+    "gru-after-x-chunked": ("gru-after", 6, 2, 8, 1, 0, 4, {"x": 5}),
+    "gru-before-bi-mask-chunked": ("gru-before", 5, 3, 4, 2, 0, 6, {"mask": True}),
+    "rnn-no-y-full-inputs": ("rnn", 6, 4, 8, 2, 0, 8, {"no_y": True, "full": True,
+                                                       "inputs": 3}),
+    "rnn-lens-no-dR": ("rnn", 4, 3, 4, 1, 0, 3, {"lens": True, "need_dR": False}),
+}
+
+
+def _record(monkeypatch):
+    """``{name: [bytes, ...]}`` of every buffer the engine allocates from now on."""
+    seen = defaultdict(list)
+    real = engine.Recurrence._new
+
+    def new(self, name, shape, pooled, zeros=False):
+        a = real(self, name, shape, pooled, zeros)
+        seen[name].append(a.nbytes)
+        return a
+
+    monkeypatch.setattr(engine.Recurrence, "_new", new)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_plan_bytes_are_the_engine_allocations(device, monkeypatch, name):
+    kind, T, N, H, D, P, bwd_rows, opt = CONFIGS[name]
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=bwd_rows)
+    cell = CELLS[kind]
+    q, dt = device.queue, np.float32
+    rng = np.random.default_rng(len(name))
+    K, GH = P or H, cell.G * H
+
+    def dev(*shape):
+        return cla.to_device(q, rng.uniform(-0.5, 0.5, shape).astype(dt))
+
+    def view(a, width):
+        return engine.StateView(a, width, D * width)
+
+    peep = kind == "lstm-peep"
+    rec = engine.Recurrence(device, dt, cell, T=T, N=N, H=H, D=D, P=P, rev_mask=0b10 * (D > 1),
+                            has_mask=bool(opt.get("mask")), has_len=bool(opt.get("lens")),
+                            has_peep=peep)
+    plan = rec.plan
+    assert (plan.T, plan.N, plan.H, plan.D, plan.P, plan.K) == (T, N, H, D, P, K)
+    assert (plan.vw, plan.nb, plan.fused, plan.bwd_rows) == (rec.vw, rec.nb, rec.fused, bwd_rows)
+    lens = None
+    if opt.get("lens"):
+        lens = cla.to_device(q, np.array([T, 1, T - 1][:N] + [T] * (N - 3), np.int32))
+    layer = engine.LayerInputs(
+        dev(D, GH, K), view(dev(N, D * K), K), c0=view(dev(N, D * H), H) if cell.has_c else None,
+        peep=dev(D, GH) if peep else None,
+        mask=cla.to_device(q, (rng.uniform(0, 1, (T, N, D * H)) > 0.3).astype(dt))
+        if opt.get("mask") else None, lens=lens, w_proj=dev(D, P, H) if P else None)
+
+    seen = _record(monkeypatch)
+    I = opt.get("x")
+    if I:
+        fwd = rec.forward(None, layer, x=dev(T, N, I), w=dev(D * GH, I), xb=dev(D * GH))
+    else:
+        fwd = rec.forward(dev(T, N, D * GH), layer)
+    in_kernel = "wpk_x" in seen
+    assert not in_kernel or plan.fused
+    want = plan.forward_buffers(x_width=I, in_kernel=in_kernel)
+    assert {k: v for k, v in seen.items()} == {k: [v] for k, v in want.items()}
+
+    seen.clear()
+    if opt.get("no_y"):
+        fwd = engine.Saved(sav=fwd.sav, cs=fwd.cs)
+    full = bool(opt.get("full"))
+    inputs = None
+    if opt.get("inputs"):
+        n_in = opt["inputs"]
+        inputs = engine.InputSide(n_in, x=dev(T, N, n_in),
+                                  w=engine.Target(dev(D * GH, n_in), 0, GH * n_in),
+                                  dx=cla.empty(q, (T, N, n_in), dt),
+                                  dw=engine.Target(cla.empty(q, (D * GH, n_in), dt), 0, GH * n_in),
+                                  db=engine.Target(cla.empty(q, (D * GH,), dt), 0, GH))
+    dR = engine.Target(cla.empty(q, (D, GH, K), dt), 0, GH * K) if opt.get("dR_given") else None
+    need_dR = opt.get("need_dR", True)
+    targets = engine.GradTargets(view(cla.empty(q, (N, D * K), dt), K),
+                                 dc0=view(cla.empty(q, (N, D * H), dt), H) if cell.has_c else None,
+                                 dR=dR, need_dR=need_dR, inputs=inputs)
+    upstream = engine.Upstream(dy=dev(T, N, D * K) if opt.get("dy", True) else None,
+                               dhn=view(dev(N, D * K), K))
+    rec.backward(fwd, layer, upstream, targets, full=full)
+    steps = rec.chunk_steps(full)
+    assert (steps < T) == (not full and bwd_rows < T * N), "chunked as the configuration says"
+    want = plan.backward_buffers(
+        steps=steps, gathers=plan.gathers(y_given=fwd.y is not None, masked=bool(opt.get("mask")),
+                                          lengths=lens is not None),
+        dy_given=upstream.dy is not None, need_dR=need_dR, dR_given=dR is not None,
+        peephole=peep)
+    assert set(seen) == set(want)
+    chunks = -(-T // steps)
+    for k, sizes in seen.items():
+        assert max(sizes) == want[k], k
+        assert len(sizes) == (chunks if k in ("hin", "hr") else 1), k
