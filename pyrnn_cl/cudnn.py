@@ -484,6 +484,7 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         if net.lstm:
             _copy(net.q, out_c, 0, c0_all, 0, out_c.size)
     else:
+        assert rec is not None      # built above: the run is not empty
         params_d = call.dev("params", params)
         x = net.seq_to_time_major("input", input, net.I)
         # training: every layer writes its saved values straight into its reserve parts
@@ -620,6 +621,7 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
         if dcn_all is not None:
             _copy(net.q, dc0_all, 0, dcn_all, 0, dc0_all.size)
         return (net.seq_out(dx, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))
+    assert rec is not None      # built above: the run is not empty
 
     params_d = call.dev("params", params)
     res = call.dev("reserve_space", reserve_space)

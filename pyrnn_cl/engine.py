@@ -48,7 +48,7 @@ from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
 from .plan import LayerPlan, _vector_width
-from .programs import enqueue, get_program
+from .programs import Program, enqueue, get_program
 from .sources import dtype_code
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
@@ -286,7 +286,7 @@ class Recurrence:
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
         self.bwd_rows = plan.bwd_rows
-        self._programs = {}
+        self._programs: dict[tuple[tuple[str, int], ...], Program] = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
@@ -481,11 +481,13 @@ class Recurrence:
             return out      # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
+            assert hs is not None       # a two-phase cell's step buffer (or the projection's)
             kernels.append(self._step_kernel(
                 prog, "pyrnn_fwd_b", H,
                 dict(base, gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
                      y=y.base_data, hs=hs.base_data, **_state_args("h0", h0), lens=lens_arg)))
         if self.P:
+            assert hs is not None       # saved with a projection
             wpk = self.pack(layer.w_proj, self.P, H, 1, (0,), name="wpk_proj")
             kernels.append(self._step_kernel(
                 prog, "pyrnn_proj", self.P,
@@ -604,9 +606,12 @@ class Recurrence:
         # no step kernels)
         bwd = bwd_b = proj = None
         if N:
+            assert rt is not None and wt is not None    # packed above whenever N
+            assert fwd.sav is not None      # a forward always saves the gates
             base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
                         ring=_I32(ring), gring=gring.base_data, lens=self._or_dummy(lens))
             if P:
+                assert dr is not None       # allocated above whenever P
                 proj = dict(base, P=_I32(P), dgh=dgh.base_data, rt=rt.base_data,
                             zrow=zrow.base_data, dy=self._or_dummy(dy), dr=dr.base_data,
                             **_state_args("dhn", dhn), **_state_args("dh0", dh0))
@@ -631,6 +636,7 @@ class Recurrence:
         bounds = [(max(0, hi - steps), hi) for hi in range(T, 0, -steps)] or [(0, 0)]
         for s_lo, s_hi in bounds:
             if N:
+                assert bwd is not None      # built above whenever N
                 self._backward_chunk(prog, s_lo, s_hi, bwd, bwd_b, proj)
             chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
             self._chunk_weight_gradients(chunk, fwd, dpeep, dR, dwp, h0=h0, c0=c0, mask=mask,
@@ -739,6 +745,7 @@ class Recurrence:
         hin = self._new("hin", (max(n, 1), N, D * K), pooled=True)
         hr = self._new("hr", (max(n, 1), N, D * K), pooled=True) if self.cell.two_phase else None
         if n and N:
+            assert fwd.sav is not None      # a forward always saves the gates
             knl = self._program().kernel("pyrnn_gather_hin")
             _sig("pyrnn_gather_hin").set(
                 knl, T=_I32(self.T), N=_I32(N), K=_I32(K), rev_mask=_I32(self.rev_mask),
@@ -796,6 +803,7 @@ class Recurrence:
                          out_offset=target.offset, batch=D, stride_a=GH, stride_out=target.stride,
                          beta=beta)
         if copy_dhb and chunk.s_lo == 0:      # the last chunk
+            assert side.dhb is not None and side.db is not None     # copy_dhb says so
             copy3(dev, dt, side.dhb.array, side.dhb.offset, (side.dhb.stride, 0, 1),
                   side.db.array, side.db.offset, (side.db.stride, 0, 1), (D, 1, GH))
 

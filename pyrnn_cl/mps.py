@@ -154,10 +154,11 @@ def _cell(kind, desc) -> CellSpec:
     if kind == "rnn":
         return CellSpec("rnn", (0,), (activation_code(desc.activation, "descriptor.activation"),))
     if kind == "lstm":
-        names = ("input_gate_activation", "forget_gate_activation", "cell_gate_activation",
-                 "output_gate_activation")
+        names: tuple[str, ...] = ("input_gate_activation", "forget_gate_activation",
+                                  "cell_gate_activation", "output_gate_activation")
         acts = tuple(activation_code(getattr(desc, n), f"descriptor.{n}") for n in names)
-        blocks = (0, 2, 1, 3) if desc.forget_gate_last else (0, 1, 2, 3)   # slots i, f, g, o
+        # slots i, f, g, o (a GRU below rebinds both tuples at length 3)
+        blocks: tuple[int, ...] = (0, 2, 1, 3) if desc.forget_gate_last else (0, 1, 2, 3)
         return CellSpec("lstm", blocks, acts,
                         cell_act=activation_code(desc.activation, "descriptor.activation"),
                         peephole=PEEP_MPS)
