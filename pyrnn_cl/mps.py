@@ -360,22 +360,20 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
     else:
         fwd = layer.saved_forward(z_state)
     g = layer.backward(fwd, source_gradient, state_gradient, cell_gradient)
-    res = [call.out(g["dx"], tuple(source.shape)),
-           call.out(g["dR"], tuple(recurrent_weight.shape))]
-    if input_weight is not None:
-        res.append(call.out(g["dW"], tuple(input_weight.shape)))
-    if bias is not None:
-        res.append(call.out(g["db"], tuple(bias.shape)))
-    if kind == "lstm" and peephole is not None:
-        res.append(call.out(g["dpeep"], tuple(peephole.shape)))
-    if init_state is not None:
-        res.append(call.out(g["dh0"], tuple(init_state.shape)))
-    if kind == "lstm" and init_cell is not None:
-        res.append(call.out(g["dc0"], tuple(init_cell.shape)))
+    res = _gradient_results(call, g, [
+        ("dx", source), ("dR", recurrent_weight), ("dW", input_weight), ("db", bias),
+        ("dpeep", peephole if kind == "lstm" else None), ("dh0", init_state),
+        ("dc0", init_cell if kind == "lstm" else None)])
     if kind == "gru" and secondary_bias is not None:
         res.append(call.out(_secondary_bias_gradient(layer, g["dhb"]),
                             tuple(secondary_bias.shape)))
     return res
+
+
+def _gradient_results(call, g, wanted) -> list:
+    """The gradient op's results, in the API's order: ``g[key]`` shaped as its argument for
+    each ``(key, argument)`` of ``wanted`` whose argument was given (not None)."""
+    return [call.out(g[key], tuple(arg.shape)) for key, arg in wanted if arg is not None]
 
 
 def _secondary_bias_gradient(layer, dhb):
@@ -531,14 +529,6 @@ def rnn_layer_gradients(source: Array, recurrent_weight: Array, source_gradient:
     cs = call.dev("cell_output_fwd", cell_output_fwd, (T, N, D * H)) if cell.has_c else None
     g = layer.backward(layer.saved_forward(z_state, y=y, cs=cs), source_gradient,
                        state_gradient, cell_gradient)
-    res = [call.out(g["dx"], tuple(source.shape)),
-           call.out(g["dR"], tuple(recurrent_weight.shape))]
-    if input_weight is not None:
-        res.append(call.out(g["dW"], tuple(input_weight.shape)))
-    if bias is not None:
-        res.append(call.out(g["db"], tuple(bias.shape)))
-    if init_state is not None:
-        res.append(call.out(g["dh0"], tuple(init_state.shape)))
-    if init_cell is not None:
-        res.append(call.out(g["dc0"], tuple(init_cell.shape)))
-    return res
+    return _gradient_results(call, g, [
+        ("dx", source), ("dR", recurrent_weight), ("dW", input_weight), ("db", bias),
+        ("dh0", init_state), ("dc0", init_cell)])
