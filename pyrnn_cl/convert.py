@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, Union, cast
 
 import numpy as np
 
-from .cells import CUDNN_MODES, gates
+from ._arrays import check_choice
 from .errors import ShapeError
+from .layout import DIRECTIONS, NUM_GATES, RNN_MODES
 
 if TYPE_CHECKING:
     import torch
@@ -72,8 +73,8 @@ __all__ = [
     "canonical_to_keras_gru", "keras_gru_to_mps", "mps_to_keras_gru",
 ]
 
-#: Gates per cuDNN ``rnn_mode`` (a view of the cell registry, :func:`pyrnn_cl.cells.gates`).
-GATES = {mode: gates(mode) for mode in CUDNN_MODES}
+#: Gates per cuDNN ``rnn_mode`` (``layout.NUM_GATES``, a view of the cell registry).
+GATES = NUM_GATES
 
 #: ``rc.GRUDescriptor`` flags for the GRU of :func:`tf_gru_block_to_mps` (blocks ``[r, u, c]``).
 MPS_GRU_FLAGS_TF = dict(reset_gate_first=True, reset_after=False, flip_z=True)
@@ -112,17 +113,12 @@ def _c(a):
 
 
 def _mode(rnn_mode):
-    if rnn_mode not in GATES:
-        raise ValueError(f"rnn_mode: got {rnn_mode!r}, expected one of "
-                         f"{', '.join(repr(m) for m in GATES)}")
-    return GATES[rnn_mode]
+    """Gates of a cuDNN ``rnn_mode`` (validated as the cuDNN dialect validates it)."""
+    return GATES[check_choice("rnn_mode", rnn_mode, RNN_MODES)]
 
 
 def _directions(direction):
-    if direction not in ("unidirectional", "bidirectional"):
-        raise ValueError(f"direction: got {direction!r}, expected 'unidirectional' or "
-                         "'bidirectional'")
-    return 2 if direction == "bidirectional" else 1
+    return 2 if check_choice("direction", direction, DIRECTIONS) == "bidirectional" else 1
 
 
 def _layer_shapes(G, H, in_size, P):
