@@ -59,7 +59,10 @@ functorch, tensor subclasses) takes the operators.
   copy); in eager calls the whole ``dparams`` comes in one transfer and the gradients are
   views of it, as torch's cuDNN RNN returns views of its flat gradient buffer.
 * Where the device's memory is the host's (PoCL's CPU devices), results are mapped rather
-  than copied: the output and gradient tensors are the device buffers themselves.
+  than copied: the output and gradient tensors are the device buffers themselves; inputs are
+  wrapped in place; and the parameters, which ``flatten_parameters`` makes views of one flat
+  tensor in the ``params`` layout (as torch.nn does for cuDNN), are read in place: no upload
+  and no comparison of values.
 * Initial states that the module makes (``hx=None``) are zeros kept on the device.
 
 The transfers left per call are the input, the initial states and the outputs (forward) and
@@ -146,9 +149,11 @@ _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np
 _DTYPES = tuple(_NUMPY_DTYPES)
 _LOCK = threading.Lock()
 
-# Counters of the device-side caches (read by the tests): parameter uploads, reserve spaces
-# found in the side table by a backward, and forwards re-run by a backward that found none.
-STATS = {"params_uploads": 0, "reserve_hits": 0, "reserve_recomputes": 0}
+# Counters of the device-side caches (read by the tests): parameter uploads, calls that read the
+# parameters in place, reserve spaces found in the side table by a backward, and forwards re-run
+# by a backward that found none.
+STATS = {"params_uploads": 0, "params_in_place": 0, "reserve_hits": 0,
+         "reserve_recomputes": 0}
 
 
 # ---- the OpenCL device of an op call ---------------------------------------------------------
@@ -384,6 +389,39 @@ def _device_params(dev, dkey, slots, size, params, check_values=True):
     return entry, True
 
 
+def _flat_view(slots, size, params):
+    """The storage of which ``params`` are, each at its slot, contiguous views (what
+    ``flatten_parameters`` makes), or ``None``."""
+    storage = params[0].untyped_storage()
+    isz = params[0].element_size()
+    if storage.nbytes() < size * isz:
+        return None
+    base = storage.data_ptr()
+    for (off, n), p in zip(slots, params):
+        if (p.dtype != params[0].dtype or p.numel() != n or not p.is_contiguous()
+                or p.storage_offset() != off or p.untyped_storage().data_ptr() != base):
+            return None
+    return storage
+
+
+def _in_place_params(dev, slots, size, params):
+    """Where the device's memory is the host's: a read-only ``USE_HOST_PTR`` array over the flat
+    tensor the parameters are views of (:meth:`_CLRNNMixin.flatten_parameters`), made per call
+    (about 12 us: the call's state holds it, so it outlives the commands reading it; a cached
+    one would keep the module's memory alive), or ``None`` when they are not such views."""
+    if not _shares_host_memory(dev):
+        return None
+    storage = _flat_view(slots, size, params)
+    if storage is None:
+        return None
+    flat = torch.empty(0, dtype=params[0].dtype).set_(storage, 0, (size,))
+    a = _numpy(flat)
+    flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
+    STATS["params_in_place"] += 1
+    return cla.Array(dev.queue, a.shape, a.dtype, data=cl.Buffer(dev.queue.context, flags,
+                                                                 hostbuf=a))
+
+
 def _compares_first(dev) -> bool:
     """Whether the parameters' values are compared before the forward is launched (a CPU
     device, whose threads the comparison would slow) rather than while it runs."""
@@ -509,6 +547,10 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
     # the device's threads share the host's cores (a comparison meanwhile slowed the forward
     # by more than it took), and while the device runs elsewhere; parameters changed behind
     # torch's version counter then make the forward run again, after an upload.
+    st.params = _in_place_params(dev, slots, lay.size, params)
+    if st.params is not None:                   # the parameters' own memory: always current
+        out, hn, cn, st.reserve, host = run()
+        return st, out, hn, cn, host
     check_first = _compares_first(dev)
     entry, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
     st.params = entry.array
@@ -847,12 +889,32 @@ class _CLRNNMixin(_RNNBase):
         return s
 
     def flatten_parameters(self) -> None:
-        """Forget the device copy of the parameters (the next call uploads them again) and free
-        its memory. Never needed for correctness: every call checks that the copy is current.
-        torch.nn's own version, which this replaces, packs the weights for cuDNN and is a no-op
-        on the CPU."""
+        """Make the parameters views of one flat CPU tensor laid out as the cuDNN dialect's
+        ``params`` (as torch.nn's version does for cuDNN), and forget any device copy of them.
+        torch.nn calls it on construction, after ``.to()``/``.half()`` and on unpickling.
+
+        Where the device's memory is the host's (``VendorProfile.shares_host_memory``) the
+        kernels then read that tensor in place: no upload, and no comparison of the values with
+        an uploaded copy. A parameter that stops being such a view (``p.data = ...``, a
+        parametrization) makes the calls fall back to the cached upload, checked on every call;
+        correctness never depends on this."""
+        params = self._flat_parameters()
         if "_cl_device_ref" in self.__dict__:
-            _forget_params(self._flat_parameters())
+            _forget_params(params)
+        if not params or any(p.device.type != "cpu" or p.dtype != params[0].dtype
+                             for p in params):
+            return
+        lay, slots = _slots(_MODES[self.mode], self.num_layers, self.input_size,
+                            self.hidden_size, 2 if self.bidirectional else 1, self.proj_size,
+                            bool(self.bias))
+        if _flat_view(slots, lay.size, params) is not None:
+            return
+        with torch.no_grad():
+            flat = torch.zeros(lay.size, dtype=params[0].dtype)
+            for (off, n), p in zip(slots, params):
+                flat[off:off + n] = p.reshape(-1)
+            for (off, _), p in zip(slots, params):
+                p.set_(flat.untyped_storage(), off, p.shape, p.stride())
 
     def _flat_parameters(self):
         names = _flat_parameter_names(self.num_layers, self.bidirectional, bool(self.bias),

@@ -189,9 +189,10 @@ def _train_step(m, x, opt=None):
 
 @pytest.mark.parametrize("compare_first", [True, False], ids=["compare-first", "compare-after"])
 def test_params_uploaded_only_when_changed(device, path, compare_first, monkeypatch):
-    """Also with the values compared while the forward runs (as on a GPU): a changed value
-    makes the forward run again."""
+    """The cached upload (the parameters not read in place): also with the values compared
+    while the forward runs (as on a GPU), where a changed value makes the forward run again."""
     monkeypatch.setattr(rt, "_compares_first", lambda dev: compare_first)
+    monkeypatch.setattr(rt, "_in_place_params", lambda *args: None)
     ours, ref = _pair("GRU", device, num_layers=2)
     x = torch.randn(T, N, I, dtype=F64)
     _train_step(ours, x)
@@ -220,6 +221,48 @@ def test_params_uploaded_only_when_changed(device, path, compare_first, monkeypa
     ours.load_state_dict(ref2.state_dict())
     with torch.no_grad():
         assert _err(ours(x)[0], ref2(x)[0]) <= TOL
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "op"])
+def test_params_read_in_place(device, eager, monkeypatch):
+    """Where the device's memory is the host's, the parameters are views of one flat tensor
+    (flatten_parameters, on construction) that the kernels read in place: no upload ever, and
+    every change (optimizer step, ``.data`` edit, load_state_dict) is seen at once; a parameter
+    replaced by another tensor falls back to the checked upload."""
+    ours, ref = _pair("GRU", device, num_layers=2)
+    lay_size = rt._slots("gru", 2, I, H, 1, 0, True)[0].size
+    storages = {p.untyped_storage().data_ptr() for p in ours.parameters()}
+    assert len(storages) == 1 and ours.weight_ih_l0.untyped_storage().nbytes() == lay_size * 8
+    if not rt._shares_host_memory(device):
+        pytest.skip(f"{device.info.name}: memory not shared with the host")
+    if not eager:
+        monkeypatch.setattr(rt, "_eager", lambda tensors: False)
+    x = torch.randn(T, N, I, dtype=F64)
+    uploads, in_place = rt.STATS["params_uploads"], rt.STATS["params_in_place"]
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        _train_step(ours, x, opt)
+        _train_step(ref, x, ref_opt)
+    with torch.no_grad():
+        assert _err(ours(x)[0], ref(x)[0]) <= TOL
+        ours.weight_hh_l1.data.mul_(0.5)
+        ref.weight_hh_l1.data.mul_(0.5)
+        assert _err(ours(x)[0], ref(x)[0]) <= TOL
+        ref2 = torch.nn.GRU(I, H, num_layers=2, dtype=F64)
+        ours.load_state_dict(ref2.state_dict())
+        assert _err(ours(x)[0], ref2(x)[0]) <= TOL
+    assert rt.STATS["params_uploads"] == uploads
+    assert rt.STATS["params_in_place"] >= in_place + 5      # one per forward
+    # a parameter that is no longer a view of the flat tensor: the checked upload
+    ours.weight_ih_l0.data = ours.weight_ih_l0.data.clone().mul_(2.0)
+    ref2.weight_ih_l0.data.mul_(2.0)
+    with torch.no_grad():
+        assert _err(ours(x)[0], ref2(x)[0]) <= TOL
+    assert rt.STATS["params_uploads"] == uploads + 1
+    # .to(dtype) flattens again (torch.nn calls flatten_parameters after _apply)
+    half = ours.float()
+    assert len({p.untyped_storage().data_ptr() for p in half.parameters()}) == 1
 
 
 def test_reserve_kept_on_device_equals_rebuilt(device, monkeypatch):
@@ -286,14 +329,18 @@ def test_to_dtype_state_dict_and_flatten(device, tmp_path):
     back = torch.load(buf, weights_only=False)
     with torch.no_grad():
         assert torch.equal(back(x)[0], m(x)[0])
-    # flatten_parameters: drops the device copy, the next call uploads again, same result
+    # flatten_parameters: the parameters become views of one flat tensor again and any device
+    # copy is dropped; the next call reads them in place (memory shared with the host) or
+    # uploads again; same result
+    fresh.weight_hh_l0.data = fresh.weight_hh_l0.data.clone()    # no longer a view
     with torch.no_grad():
         before = fresh(x)[0]
     uploads = rt.STATS["params_uploads"]
     fresh.flatten_parameters()
+    assert len({p.untyped_storage().data_ptr() for p in fresh.parameters()}) == 1
     with torch.no_grad():
         assert torch.equal(fresh(x)[0], before)
-    assert rt.STATS["params_uploads"] == uploads + 1
+    assert rt.STATS["params_uploads"] == uploads + (not rt._shares_host_memory(device))
 
 
 @pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
