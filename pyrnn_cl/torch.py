@@ -543,14 +543,14 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
         return _cudnn.cudnn_rnn(st.x, st.h0, st.c0, st.params, _lengths(lengths),
                                 is_training=training, **attrs.kwargs(seeds, dev))
 
-    # The parameters' values are compared with the cached upload's before the launch where
-    # the device's threads share the host's cores (a comparison meanwhile slowed the forward
-    # by more than it took), and while the device runs elsewhere; parameters changed behind
-    # torch's version counter then make the forward run again, after an upload.
     st.params = _in_place_params(dev, slots, lay.size, params)
     if st.params is not None:                   # the parameters' own memory: always current
         out, hn, cn, st.reserve, host = run()
         return st, out, hn, cn, host
+    # The parameters' values are compared with the cached upload's before the launch where
+    # the device's threads share the host's cores (a comparison meanwhile slowed the forward
+    # by more than it took), and while the device runs elsewhere; parameters changed behind
+    # torch's version counter then make the forward run again, after an upload.
     check_first = _compares_first(dev)
     entry, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
     st.params = entry.array
