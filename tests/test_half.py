@@ -92,6 +92,17 @@ def check(actual, expected, dtype, what, part="forward", tol=TOL):
     return err
 
 
+def check_each(actual, expected, dtype, what, part="forward"):
+    """:func:`check` of each output of an op against the reference's, named ``what output k``."""
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        check(a, e, dtype, f"{what} output {k}", part)
+
+
+def host64(a):
+    """``a`` (a device or NumPy array) as a float64 NumPy array."""
+    return (a.get() if isinstance(a, cla.Array) else a).astype(np.float64)
+
+
 def rounded(arrays, dtype):
     """Each array of a dict rounded to the storage dtype (the values every side then uses)."""
     return {k: np.asarray(v, np.float64).astype(dtype) for k, v in arrays.items()}
@@ -310,24 +321,18 @@ def test_tf_gru_block_cell(device, dtype, device_arrays):
     names = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
     out = rc.gru_block_cell(*_args(d, names, dev), device=device)
     want = TR.gru_block_cell(*_args(f64(d), names))
-    for k, (o, w) in enumerate(zip(out, want)):
-        check(o, w, dtype, f"gru_block_cell output {k}")
+    check_each(out, want, dtype, "gru_block_cell")
     r, u, c = out[:3]
     grads = rc.gru_block_cell_grad(*_args(d, names, dev), r, u, c, *_args(d, ["d_h"], dev),
                                    device=device)
-    host = [o.get() if device_arrays else o for o in out[:3]]
-    want = TR.gru_block_cell_grad(*_args(f64(d), names), *[h.astype(np.float64) for h in host],
-                                  f64(d)["d_h"])
-    for k, (g, w) in enumerate(zip(grads, want)):
-        check(g, w, dtype, f"gru_block_cell_grad output {k}", "gradient")
+    host = [host64(o) for o in out[:3]]
+    want = TR.gru_block_cell_grad(*_args(f64(d), names), *host, f64(d)["d_h"])
+    check_each(grads, want, dtype, "gru_block_cell_grad", "gradient")
     wg = rc.gru_block_cell_weight_grads(*_args(d, ("x", "h_prev"), dev), r, grads[2], grads[3],
                                         device=device)
-    gh = [g.get() if device_arrays else g for g in grads]
-    want = TR.gru_block_cell_weight_grads(f64(d)["x"], f64(d)["h_prev"],
-                                          host[0].astype(np.float64), gh[2].astype(np.float64),
-                                          gh[3].astype(np.float64))
-    for k, (g, w) in enumerate(zip(wg, want)):
-        check(g, w, dtype, f"gru_block_cell_weight_grads output {k}", "gradient")
+    want = TR.gru_block_cell_weight_grads(f64(d)["x"], f64(d)["h_prev"], host[0],
+                                          host64(grads[2]), host64(grads[3]))
+    check_each(wg, want, dtype, "gru_block_cell_weight_grads", "gradient")
 
 
 @pytest.mark.parametrize("device_arrays", [False, True], ids=["numpy", "device"])
@@ -342,25 +347,21 @@ def test_tf_lstm_block_cell(device, dtype, device_arrays):
     kw = dict(forget_bias=0.7, cell_clip=1.5, use_peephole=True)
     out = rc.lstm_block_cell(*_args(d, LSTM_IN, dev), **kw, device=device)
     want = TR.lstm_block_cell(*_args(f64(d), LSTM_IN), **kw)
-    for k, (o, w) in enumerate(zip(out, want)):
-        check(o, w, dtype, f"lstm_block_cell output {k}")
+    check_each(out, want, dtype, "lstm_block_cell")
     i, cs, f, o, ci, co, _ = out
     grads = rc.lstm_block_cell_grad(*_args(d, LSTM_IN, dev), i, cs, f, o, ci, co,
                                     *_args(d, ("cs_grad", "h_grad"), dev), use_peephole=True,
                                     device=device)
-    host = [a.get().astype(np.float64) if device_arrays else a.astype(np.float64)
-            for a in out[:6]]
+    host = [host64(a) for a in out[:6]]
     want = TR.lstm_block_cell_grad(*_args(f64(d), LSTM_IN), *host,
                                    *_args(f64(d), ("cs_grad", "h_grad")), use_peephole=True)
-    for k, (g, w) in enumerate(zip(grads, want)):
-        check(g, w, dtype, f"lstm_block_cell_grad output {k}", "gradient")
+    check_each(grads, want, dtype, "lstm_block_cell_grad", "gradient")
     dicfo = grads[1]
     wg = rc.lstm_block_cell_weight_grads(*_args(d, ("x", "h_prev", "w"), dev), dicfo,
                                          device=device)
-    dh = (dicfo.get() if device_arrays else dicfo).astype(np.float64)
+    dh = host64(dicfo)
     want = TR.lstm_block_cell_weight_grads(*_args(f64(d), ("x", "h_prev", "w")), dh)
-    for k, (g, w) in enumerate(zip(wg, want)):
-        check(g, w, dtype, f"lstm_block_cell_weight_grads output {k}", "gradient")
+    check_each(wg, want, dtype, "lstm_block_cell_weight_grads", "gradient")
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["block_lstm", "block_lstm_v2"])
@@ -382,15 +383,13 @@ def test_tf_block_lstm(device, dtype, v2):
         kw = dict(forget_bias=0.5, cell_clip=2.0, use_peephole=True)
     out = fwd(T - 3, *_args(d, LSTM_IN), **kw, device=device)
     want = ref_fwd(T - 3, *_args(f64(d), LSTM_IN), **kw)
-    for k, (o, w) in enumerate(zip(out, want)):
-        check(o, w, dtype, f"{fwd.__name__} output {k}")
+    check_each(out, want, dtype, fwd.__name__)
     gkw = {"use_peephole": True}
     grads = grad(T - 3, *_args(d, LSTM_IN), *out, *_args(d, ("cs_grad", "h_grad")), **gkw,
                  device=device)
     want = ref_grad(T - 3, *_args(f64(d), LSTM_IN), *[o.astype(np.float64) for o in out],
                     *_args(f64(d), ("cs_grad", "h_grad")), **gkw)
-    for k, (g, w) in enumerate(zip(grads, want)):
-        check(g, w, dtype, f"{grad.__name__} output {k}", "gradient")
+    check_each(grads, want, dtype, grad.__name__, "gradient")
 
 
 # =================================================================================================
