@@ -405,21 +405,17 @@ def _flat_view(slots, size, params):
 
 
 def _in_place_params(dev, slots, size, params):
-    """Where the device's memory is the host's: a read-only ``USE_HOST_PTR`` array over the flat
-    tensor the parameters are views of (:meth:`_CLRNNMixin.flatten_parameters`), made per call
+    """Where the device's memory is the host's: the flat tensor the parameters are views of
+    (:meth:`_CLRNNMixin.flatten_parameters`), wrapped in place by :func:`_upload` per call
     (about 12 us: the call's state holds it, so it outlives the commands reading it; a cached
-    one would keep the module's memory alive), or ``None`` when they are not such views."""
+    one would keep the module's memory alive); ``None`` when they are not such views."""
     if not _shares_host_memory(dev):
         return None
     storage = _flat_view(slots, size, params)
     if storage is None:
         return None
-    flat = torch.empty(0, dtype=params[0].dtype).set_(storage, 0, (size,))
-    a = _numpy(flat)
-    flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
     STATS["params_in_place"] += 1
-    return cla.Array(dev.queue, a.shape, a.dtype, data=cl.Buffer(dev.queue.context, flags,
-                                                                 hostbuf=a))
+    return _upload(dev, torch.empty(0, dtype=params[0].dtype).set_(storage, 0, (size,)))
 
 
 def _compares_first(dev) -> bool:
