@@ -693,6 +693,12 @@ def _refuse_double_backward():
             "differentiable); use torch.nn's module where second derivatives are needed")
 
 
+def _wanted_grads(grads, need) -> list:
+    """The parameters' gradients for autograd: each where its flag in ``need`` is set, else
+    None (all None when none was computed)."""
+    return [g if n else None for g, n in zip(grads, need)] if grads else [None] * len(need)
+
+
 def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
     _refuse_double_backward()
     x, h0, c0, lengths, seeds, host, *params = ctx.saved_tensors
@@ -701,8 +707,7 @@ def _rnn_autograd(ctx, d_output, d_h_n, d_c_n, _d_host):
     dx, dh0, dc0, grads = torch.ops.pyrnn_cl.rnn_backward(
         x, h0, c0, params, lengths, seeds, host, d_output, d_h_n, d_c_n, *ctx.attrs,
         ctx.device, any(need_p), _REVISION)
-    pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
-              else [None] * len(params))
+    pgrads = _wanted_grads(grads, need_p)
     lstm = ctx.attrs.mode == "lstm"
     return ((dx if needs[0] else None, dh0 if needs[1] else None,
              dc0 if (needs[2] and lstm) else None, pgrads)
@@ -749,9 +754,8 @@ class _EagerRNN(torch.autograd.Function):
                                         ctx.host, d_output, d_h_n, d_c_n, ctx.attrs,
                                         ctx.device, any(need_p), grad_views=True,
                                         wanted=(needs[0], needs[1], needs[2] and lstm))
-        pgrads = ([g if need else None for g, need in zip(grads, need_p)] if grads
-                  else [None] * len(params))
-        return (None, None, None, None, dx, dh0, dc0, None, None, *pgrads)
+        return (None, None, None, None, dx, dh0, dc0, None, None,
+                *_wanted_grads(grads, need_p))
 
 
 _PLAIN = (torch.Tensor, nn.Parameter)
