@@ -68,6 +68,7 @@ Linux and other Unixes, ``~/Library/Caches/pyrnn_cl`` on macOS and
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -118,8 +119,17 @@ def default_cache_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """``PYRNN_CL_CACHE_DIR``, else :func:`default_cache_dir` (not created here)."""
-    value = _get("PYRNN_CL_CACHE_DIR")
+    """``PYRNN_CL_CACHE_DIR``, else :func:`default_cache_dir` (not created here).
+
+    Ops ask for it on every call (the tuning database lives there): the path is built once per
+    combination of the variables it depends on, which are still read each time."""
+    env = os.environ
+    return _cache_dir(_get("PYRNN_CL_CACHE_DIR"), env.get("XDG_CACHE_HOME"), env.get("HOME"),
+                      env.get("LOCALAPPDATA"), env.get("USERPROFILE"))
+
+
+@functools.lru_cache(maxsize=16)
+def _cache_dir(value, *_depends_on) -> Path:
     return Path(os.path.expanduser(value)) if value else default_cache_dir()
 
 

@@ -450,7 +450,8 @@ def resolve(info, profile, family: str) -> tuple[dict[str, int], str]:
     profile's table, updated by a tuned entry unless ``PYRNN_CL_TUNING=0``. ``source`` is
     ``"derived"``, ``"derived+profile"``, or ``"tuned (<path>)"`` / ``"shipped (<path>)"``."""
     use_tuned = _env.use_tuned()
-    key = (info, profile.name, family, use_tuned, _GENERATION[0], str(user_dir()))
+    # (the cache directory, not user_dir(): the same Path object while the variables stay)
+    key = (info, profile.name, family, use_tuned, _GENERATION[0], _env.cache_dir())
     with _LOCK:
         hit = _RESOLVED.get(key)
     if hit is not None:
