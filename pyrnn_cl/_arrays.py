@@ -408,6 +408,22 @@ class Call:
             return b
         return a
 
+    def stored(self, name, a, shape=None):
+        """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
+        array is uploaded as it is and not widened. For arguments that only kernels reading
+        16-bit storage themselves consume (the recurrence's weight packs, ``cl/pack.cl``)."""
+        if a is None or not self.converts:
+            return self.dev(name, a, shape)
+        if shape is not None:
+            check_shape(name, a, shape)
+        if isinstance(a, cla.Array):
+            self._check_device_array(name, a)
+            return a
+        check_memory(self.device, name, [a.nbytes])
+        if a.size == 0:
+            return cla.empty(self.queue, a.shape, self.storage)
+        return _upload(self.queue, a, self.storage)
+
     def host(self, name, a):
         """``a`` as a NumPy array (a device array is read back)."""
         if a is None:

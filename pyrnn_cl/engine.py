@@ -49,7 +49,7 @@ from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
 from .plan import LayerPlan, _vector_width
 from .programs import Program, enqueue, get_program
-from .sources import dtype_code
+from .sources import compute_dtype, dtype_code
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
            "GradTargets", "Gradients", "Saved", "input_projection", "util_program", "copy3",
@@ -105,14 +105,14 @@ class LayerInputs:
     ``peep`` ``[D][G*H]``, ``mask`` ``[T][N][D*H]``, ``lens`` int32 ``[N]`` and the projection
     ``w_proj`` ``[D][P][H]`` (``None``: absent)."""
 
-    R: cla.Array
+    R: cla.Array | Target
     h0: StateView
     c0: StateView | None = None
     hb: cla.Array | None = None
     peep: cla.Array | None = None
     mask: cla.Array | None = None
     lens: cla.Array | None = None
-    w_proj: cla.Array | None = None
+    w_proj: cla.Array | Target | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,11 @@ def _sig(kernel: str) -> KernelSignature:
     return kernel_signature("recurrence.cl", kernel)
 
 
+def _pack_sig(kernel: str) -> KernelSignature:
+    """The signature of ``kernel`` of ``cl/pack.cl``."""
+    return kernel_signature("pack.cl", kernel)
+
+
 def _util_sig(kernel: str) -> KernelSignature:
     """The signature of ``kernel`` of ``cl/util.cl``."""
     return kernel_signature("util.cl", kernel)
@@ -286,7 +291,7 @@ class Recurrence:
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
         self.bwd_rows = plan.bwd_rows
-        self._programs: dict[tuple[tuple[str, int], ...], Program] = {}
+        self._programs: dict[tuple, Program] = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
@@ -383,26 +388,43 @@ class Recurrence:
                 set_step(s)
                 enqueue(q, knl, grid, local)
 
+    def _pack_kernel(self, name: str, weight: cla.Array | Target, per_dir: int):
+        """Kernel ``name`` of ``cl/pack.cl`` for ``weight`` (an array ``[D][...]`` or a
+        :class:`Target` inside a larger buffer) compiled for the dtype the weight is stored in
+        (a 16-bit weight is read as it is and packed to float32: no widening pass), and the
+        weight as ``(buffer, element offset, direction stride)``."""
+        w = weight if isinstance(weight, Target) else Target(weight, 0, per_dir)
+        storage = np.dtype(w.array.dtype)
+        assert compute_dtype(storage) == self.dtype, (storage, self.dtype)
+        prog = self._programs.get(("pack", storage))
+        if prog is None:
+            prog = self._programs[("pack", storage)] = get_program(
+                self.device, "pack.cl", {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw})
+        offset = w.offset + w.array.offset // storage.itemsize
+        return prog.kernel(name), (w.array.base_data, _I64(offset), _I64(w.stride))
+
     def pack(self, weight, rows, width, G, blocks, name: str = "rpk"):
-        """Pack a ``[D][G*rows][width]`` weight into ``[D][rows/VW][width][G][VW]`` (the forward
-        product's layout: per column, the G gate vectors of VW units side by side); ``name``:
-        the pack's buffer in the plan."""
+        """Pack a ``[D][G*rows][width]`` weight (an array, or a :class:`Target` inside another
+        buffer, of the compute dtype or a 16-bit storage dtype) into
+        ``[D][rows/VW][width][G][VW]`` (the forward product's layout: per column, the G gate
+        vectors of VW units side by side); ``name``: the pack's buffer in the plan."""
         packed = self._new(name, (self.D * G * rows * width,), pooled=True)
-        knl = self._program().kernel("pyrnn_pack")
+        knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack", weight, G * rows * width)
         blk0, blk1, blk2, blk3 = (_I32(b) for b in list(blocks) + [0] * (4 - len(blocks)))
-        _sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
-                               blk1=blk1, blk2=blk2, blk3=blk3, R=weight.base_data,
-                               rpk=packed.base_data)
+        _pack_sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
+                                    blk1=blk1, blk2=blk2, blk3=blk3, R=buf, r_off=off,
+                                    r_dstride=stride, rpk=packed.base_data)
         enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
         return packed
 
     def pack_t(self, weight, rows, cols, name: str = "rt"):
-        """Transposed pack of a ``[D][rows][cols]`` weight into ``[D][cols/VW][rows][VW]`` (the
-        backward reductions' layout: each work-item streams one contiguous slab)."""
+        """Transposed pack of a ``[D][rows][cols]`` weight (as for :meth:`pack`) into
+        ``[D][cols/VW][rows][VW]`` (the backward reductions' layout: each work-item streams one
+        contiguous slab)."""
         packed = self._new(name, (self.D * rows * cols,), pooled=True)
-        knl = self._program().kernel("pyrnn_pack_t")
-        _sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=weight.base_data,
-                                 wt=packed.base_data)
+        knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack_t", weight, rows * cols)
+        _pack_sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=buf, w_off=off,
+                                      w_dstride=stride, wt=packed.base_data)
         enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
         return packed
 

@@ -47,7 +47,7 @@ from ._arrays import free_pools, temporary
 from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program, set_args
-from .sources import dtype_code
+from .sources import STORAGE_DTYPES, compute_dtype, dtype_code
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
@@ -209,6 +209,17 @@ def _buffer(x, name: str, itemsize: int, dtype) -> tuple[cl.MemoryObjectHolder, 
     return base, offset // itemsize
 
 
+def _b_dtype(b, dtype) -> np.dtype:
+    """The dtype ``b`` is stored in: ``dtype``, or for a float32 product a 16-bit storage dtype
+    (an Array's own; a plain Buffer is taken as ``dtype``)."""
+    dtype = np.dtype(dtype)
+    stored = np.dtype(getattr(b, "dtype", dtype))
+    if stored != dtype and stored in STORAGE_DTYPES and compute_dtype(stored) == dtype \
+            and stored.itemsize == 2:
+        return stored
+    return dtype
+
+
 def _check_extent(name, buf, itemsize, offset, rows, cols, ld, batch, stride):
     """Raise ShapeError unless a [rows x cols] matrix with leading dimension ``ld`` at ``offset``
     (and ``batch`` of them ``stride`` apart) lies inside ``buf``."""
@@ -247,6 +258,9 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     C in the same launch (``C[i][j] += bias[j]``; input projections ``x W^T + b``), the same
     vector for every batch entry.
     ``m == 0`` or ``n == 0``: nothing; ``k == 0``: ``C = beta * C (+ bias)``.
+    ``b`` may be an Array of a 16-bit storage dtype (float16, bfloat16) in a float32 product:
+    its values are read as they are stored and converted on load (``GEMM_QS``), never widened in
+    a pass of their own (16-bit weights). ``b_offset``/``ldb``/``stride_b`` count its elements.
     ``k_block > 0``: where the outer-product kernel runs, the k-sum is two-level, in blocks of
     ``k_block`` steps each added to C (float32 error grows with about ``k_block + k / k_block``
     terms instead of ``k``); for weight gradients, whose ``k`` is every step's rows
@@ -280,7 +294,8 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         lda, ldb, stride_a, stride_b = 1, 1, 0, 0
     else:
         a_buf, a_extra = _buffer(a, "a", itemsize, dtype)
-        b_buf, b_extra = _buffer(b, "b", itemsize, dtype)
+        b_dtype = _b_dtype(b, dtype)
+        b_buf, b_extra = _buffer(b, "b", b_dtype.itemsize, b_dtype)
         a_rows, a_cols = (k, m) if trans_a else (m, k)
         b_rows, b_cols = (n, k) if trans_b else (k, n)
         lda = a_cols if lda is None else int(lda)
@@ -288,13 +303,18 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         a_off, b_off = int(a_offset) + a_extra, int(b_offset) + b_extra
         stride_a, stride_b = int(stride_a), int(stride_b)
         _check_extent("a", a_buf, itemsize, a_off, a_rows, a_cols, lda, batch, stride_a)
-        _check_extent("b", b_buf, itemsize, b_off, b_rows, b_cols, ldb, batch, stride_b)
+        _check_extent("b", b_buf, b_dtype.itemsize, b_off, b_rows, b_cols, ldb, batch,
+                      stride_b)
 
     alpha, beta = float(alpha), float(beta)
     defines, host = _gemm_config(device, code)
     if 0 < int(k_block) < k:
         defines = dict(defines, GEMM_KBLK=int(k_block))
     prog = get_program(device, "gemm.cl", defines)
+    # the program whose kernels read Q (B as stored) in B's own dtype
+    prog_q = prog
+    if k and b_dtype != dtype:
+        prog_q = get_program(device, "gemm.cl", dict(defines, GEMM_QS=dtype_code(b_dtype)))
     queue = device.queue
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
     # in-order queues (the default) run launches in order; on an out-of-order queue every
@@ -306,6 +326,8 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     a_si, a_sk = (1, lda) if trans_a else (lda, 1)
     b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
     pack_p, pack_q = _choose_packing(host, m, n, k, batch, trans_a, trans_b)
+    if prog_q is not prog and trans_a and trans_b:
+        pack_q = True   # unpacked TT reads B as P, which is GEMM_T only
     scratch = None
 
     if pack_p or pack_q:
@@ -327,12 +349,13 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         else:
             p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
         if pack_q:
-            pack_events.append(_pack(prog, code, queue, host, "pyrnn_gemm_pack_q", n, k, tn,
+            pack_events.append(_pack(prog_q, code, queue, host, "pyrnn_gemm_pack_q", n, k, tn,
                                      b_buf, b_off, b_sj, b_sk, stride_b, batch, scratch.buf,
                                      p_size, events))
             q = (scratch.buf, p_size, k * tn, tn, nt * tn, q_panel if stride_b else 0)
         else:
             q = (b_buf, b_off, tn, b_sk, n, stride_b)
+        outer = prog if pack_q else prog_q      # Q: float panels, or B as stored
         if not in_order:
             events += pack_events
         rows, cols, d, mfast, bs = m, n, (c_off, ldc, 1), 1, (0, 1)
@@ -343,24 +366,26 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         p = (a_buf, a_off, tm * a_si, a_si, a_sk, stride_a)
         q = (b_buf, b_off, tn, ldb, n, stride_b)
         rows, cols, d, mfast, bs = m, n, (c_off, ldc, 1), 0 if trans_a else 1, (0, 1)
+        outer = prog_q      # Q = B as stored
     elif trans_a:
         # TT: C^T = B A with P = B (stored [n x k]), Q = A (stored [k x m]), C written transposed
         p = (b_buf, b_off, tm * ldb, ldb, 1, stride_b)
         q = (a_buf, a_off, tn, lda, m, stride_a)
         rows, cols, d, mfast, bs = n, m, (c_off, 1, ldc), 1, (1, 0)   # bias along D's rows
+        outer = prog        # Q = A (a 16-bit B packs instead: above)
     else:
         # NT: rows of A and of B are both contiguous along k -> dot-product kernel
         name = "pyrnn_gemm_dot"
         args = (m, n, k, 1, alpha, beta, a_buf, a_off, lda, stride_a, b_buf, b_off, ldb, stride_b,
                 c_buf, c_off, ldc, 1, stride_c, has_bias, bias_buf, bias_off, 0, 1)
         tiles = (-(-m // defines["GEMM_DTM"]), -(-n // defines["GEMM_DTN"]))
-        _launch(prog, code, queue, host, name, args, tiles, batch, events)
+        _launch(prog_q, code, queue, host, name, args, tiles, batch, events)
         return None
 
     args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c, has_bias, bias_buf,
             bias_off, *bs)
     tiles = (-(-rows // tm), -(-cols // tn))
-    event = _launch(prog, code, queue, host, "pyrnn_gemm_outer", args,
+    event = _launch(outer, code, queue, host, "pyrnn_gemm_outer", args,
                     tiles if mfast else tiles[::-1],
                     batch, events)
     if scratch is not None:

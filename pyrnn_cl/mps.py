@@ -219,8 +219,8 @@ class _Layer:
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
         self.x = q.dev("source", source)
-        self.R = q.dev("recurrent_weight", recurrent_weight)
-        self.W = q.dev("input_weight", input_weight)
+        self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only
+        self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
         self.b = q.dev("bias", bias)
         # absent initial states: every (d, n) reads the same row of shared zeros
         zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)

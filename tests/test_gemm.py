@@ -16,6 +16,7 @@ from pyrnn_cl import programs  # noqa: E402
 from pyrnn_cl.devices import Device, get_device  # noqa: E402
 from pyrnn_cl.errors import DeviceNotFoundError, ShapeError, UnsupportedError  # noqa: E402
 from pyrnn_cl.gemm import gemm, sum_rows  # noqa: E402
+from pyrnn_cl.sources import STORAGE_DTYPES  # noqa: E402
 from pyrnn_cl.tuning import derive  # noqa: E402
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
@@ -217,6 +218,55 @@ def test_every_path(dev, dtype, pack, ta, tb, monkeypatch):
         for alpha, beta, nan_c in ((1.0, 0.0, True), (0.75, -1.25, False)):
             out, ref = _run(dev, dtype, m, n, k, ta, tb, alpha, beta, rng, nan_c=nan_c)
             assert _rel(out, ref) <= TOL[dtype], (m, n, k)
+
+
+def _sixteen_bit(values, code):
+    """``(stored, exact)``: ``values`` (float32) rounded to the 16-bit storage ``code``
+    (``"f16"``, ``"bf16"``) as the array an op keeps (bfloat16 as its bits in the storage dtype
+    pyrnn_cl accepts, with or without ml_dtypes), and their exact values in float64."""
+    if code == "f16":
+        stored = values.astype(np.float16)
+        return stored, stored.astype(np.float64)
+    bits = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)   # truncated
+    exact = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    bf16 = next(dt for dt, (c, _) in STORAGE_DTYPES.items() if c == 4)
+    return bits.view(bf16), exact
+
+
+@pytest.mark.parametrize("code", ["f16", "bf16"])
+@pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_every_path_16bit_b(dev, code, pack, ta, tb, monkeypatch):
+    """B stored in 16 bits (a half-precision weight) in a float32 product: every path reads it
+    as stored (converted on load, GEMM_QS) and gives the product of its exact values, with an
+    element offset, a padded leading dimension, k-blocks and a batch sharing B."""
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", pack)
+    rng = np.random.default_rng(10)
+    q = dev.queue
+    for m, n, k, k_block, batch in [(1, 1, 1, 0, 1), (7, 33, 257, 0, 1), (127, 129, 13, 0, 1),
+                                    (33, 1, 64, 0, 1), (5, 70, 200, 64, 1), (21, 35, 18, 0, 3)]:
+        b_rows, b_cols = (n, k) if tb else (k, n)
+        ldb, off = b_cols + 3, 5
+        A = rng.standard_normal((batch,) + ((k, m) if ta else (m, k))).astype(np.float32)
+        stored, exact = _sixteen_bit(rng.standard_normal(off + b_rows * ldb).astype(np.float32),
+                                     code)
+        c = cla.to_device(q, np.full((batch, m, n), np.nan, np.float32))
+        gemm(dev, np.float32, m, n, k, _dev_array(q, A), cla.to_device(q, stored), c,
+             trans_a=ta, trans_b=tb, b_offset=off, ldb=ldb, batch=batch,
+             stride_a=A[0].size, stride_c=m * n, k_block=k_block, alpha=0.5)
+        B = exact[off:].reshape(b_rows, ldb)[:, :b_cols]
+        for i in range(batch):
+            ref = 0.5 * (_op(A[i], ta).astype(np.float64) @ _op(B, tb))
+            assert _rel(c.get()[i], ref) <= TOL[np.float32], (m, n, k, i)
+
+
+def test_16bit_b_only_into_float32(dev):
+    """A 16-bit B in a float64 product is refused by name, not read as float64."""
+    _need(dev, np.float64)
+    q = dev.queue
+    a = cla.zeros(q, (4, 4), np.float64)
+    with pytest.raises(TypeError, match="b has dtype float16"):
+        gemm(dev, np.float64, 4, 4, 4, a, cla.zeros(q, (4, 4), np.float16), a)
 
 
 @pytest.mark.parametrize("pack", PACKINGS, ids=["direct", "packAB", "packB", "packA"])

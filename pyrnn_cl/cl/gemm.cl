@@ -100,6 +100,44 @@
 #define GEMM_DVLOAD(p) GEMM_CAT(vload, GEMM_DVW)(0, p)
 #endif
 
+// ---- Q's storage ---------------------------------------------------------------------------------
+// GEMM_QS = 3 (float16) or 4 (bfloat16): the memory the kernels read as Q (op(B) of the host's
+// NN/TN products and of the dot kernel, and the source of pyrnn_gemm_pack_q) holds 16-bit values,
+// converted to float on load (exact); everything else stays GEMM_T. A 16-bit weight is then read as
+// it is stored instead of after a widening pass. 0 (default): Q is GEMM_T.
+#ifndef GEMM_QS
+#define GEMM_QS 0
+#endif
+#if GEMM_QS == 3
+#define GEMM_QT half
+#define GEMM_QLOAD1(p, i) vload_half((i), (p))
+#define GEMM_QLOADN(n, p) GEMM_CAT(vload_half, n)(0, (p))
+#elif GEMM_QS == 4
+#define GEMM_QT ushort
+#define GEMM_QLOAD1(p, i) as_float(((uint)(p)[i]) << 16)
+#define GEMM_QLOADN(n, p) \
+  GEMM_CAT(as_float, n)(GEMM_CAT(convert_uint, n)(GEMM_CAT(vload, n)(0, (p))) << 16)
+#elif GEMM_QS == 0
+#define GEMM_QT GEMM_T
+#define GEMM_QLOAD1(p, i) ((p)[i])
+#define GEMM_QLOADN(n, p) GEMM_CAT(vload, n)(0, (p))
+#else
+#error "GEMM_QS: 0, 3 (float16) or 4 (bfloat16)"
+#endif
+#if GEMM_QS != 0 && PYRNN_DTYPE != 1
+#error "GEMM_QS: 16-bit Q is read into float32 products only"
+#endif
+#if GEMM_VW == 1
+#define GEMM_QVLOAD(p) GEMM_QLOAD1(p, 0)
+#else
+#define GEMM_QVLOAD(p) GEMM_QLOADN(GEMM_VW, p)
+#endif
+#if GEMM_DVW == 1
+#define GEMM_QDVLOAD(p) GEMM_QLOAD1(p, 0)
+#else
+#define GEMM_QDVLOAD(p) GEMM_QLOADN(GEMM_DVW, p)
+#endif
+
 #if GEMM_FMA
 #define GEMM_MAD(a, b, c) fma(a, b, c)
 #else
@@ -142,7 +180,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
                                const GEMM_T alpha, const GEMM_T beta,
                                const __global GEMM_T* restrict p, const long p_off, const long p_st,
                                const long p_si, const long p_sk, const long p_batch,
-                               const __global GEMM_T* restrict q, const long q_off, const long q_st,
+                               const __global GEMM_QT* restrict q, const long q_off, const long q_st,
                                const long q_sk, const int nq, const long q_batch,
                                __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
                                const long d_batch, const int has_bias,
@@ -163,7 +201,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
   #pragma unroll
   for (int i = 0; i < GEMM_TM; ++i) prow[i] = p + min(i, m - 1 - i0) * p_si;
 
-  const __global GEMM_T* qk = q;
+  const __global GEMM_QT* qk = q;
 #if GEMM_KBLK
   // blocks of GEMM_KBLK k-steps: the first stores beta * D + bias + alpha * its sum, the later
   // ones add theirs (k == 0: one pass storing beta * D + bias)
@@ -189,7 +227,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
     for (int kk = kb; kk < ke; ++kk) {
       GEMM_V bv[GEMM_TNV];
       #pragma unroll
-      for (int v = 0; v < GEMM_TNV; ++v) bv[v] = GEMM_VLOAD(qk + v * GEMM_VW);
+      for (int v = 0; v < GEMM_TNV; ++v) bv[v] = GEMM_QVLOAD(qk + v * GEMM_VW);
       const long po = kk * p_sk;
       #pragma unroll
       for (int i = 0; i < GEMM_TM; ++i) {
@@ -206,7 +244,7 @@ __kernel void pyrnn_gemm_outer(const int m, const int n, const int k, const int 
       #pragma unroll
       for (int v = 0; v < GEMM_TNV; ++v) {
         GEMM_T t[GEMM_VW];
-        for (int e = 0; e < GEMM_VW; ++e) t[e] = qk[min(v * GEMM_VW + e, n - 1 - j0)];
+        for (int e = 0; e < GEMM_VW; ++e) t[e] = GEMM_QLOAD1(qk, min(v * GEMM_VW + e, n - 1 - j0));
 #if GEMM_VW == 1
         bv[v] = t[0];
 #else
@@ -272,7 +310,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
                              const GEMM_T alpha, const GEMM_T beta,
                              const __global GEMM_T* restrict p, const long p_off, const long ldp,
                              const long p_batch,
-                             const __global GEMM_T* restrict q, const long q_off, const long ldq,
+                             const __global GEMM_QT* restrict q, const long q_off, const long ldq,
                              const long q_batch,
                              __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
                              const long d_batch, const int has_bias,
@@ -289,7 +327,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
   bias += b_off;
 
   const __global GEMM_T* prow[GEMM_DTM];
-  const __global GEMM_T* qrow[GEMM_DTN];
+  const __global GEMM_QT* qrow[GEMM_DTN];
   #pragma unroll
   for (int i = 0; i < GEMM_DTM; ++i) prow[i] = p + (long)min(i0 + i, m - 1) * ldp;
   #pragma unroll
@@ -307,7 +345,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
     #pragma unroll
     for (int i = 0; i < GEMM_DTM; ++i) av[i] = GEMM_DVLOAD(prow[i] + kk);
     #pragma unroll
-    for (int j = 0; j < GEMM_DTN; ++j) bv[j] = GEMM_DVLOAD(qrow[j] + kk);
+    for (int j = 0; j < GEMM_DTN; ++j) bv[j] = GEMM_QDVLOAD(qrow[j] + kk);
     #pragma unroll
     for (int i = 0; i < GEMM_DTM; ++i) {
       #pragma unroll
@@ -325,7 +363,7 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
     #pragma unroll
     for (int i = 0; i < GEMM_DTM; ++i) {
       #pragma unroll
-      for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = GEMM_MAD(prow[i][kk], qrow[j][kk], s[i][j]);
+      for (int j = 0; j < GEMM_DTN; ++j) s[i][j] = GEMM_MAD(prow[i][kk], GEMM_QLOAD1(qrow[j], kk), s[i][j]);
     }
   }
 
@@ -354,9 +392,11 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
 #define GEMM_PACK_VEC 0
 #endif
 
-#define GEMM_PACK_KERNEL(NAME, TW)                                                                 \
+// ST: the source's element type, LOAD1(p, i): element i of a source pointer as GEMM_T, LOADROW:
+// GEMM_PACK_KC consecutive source elements as a GEMM_PV vector (Q may be 16-bit: GEMM_QS).
+#define GEMM_PACK_KERNEL(NAME, TW, ST, LOAD1, LOADROW)                                            \
 __kernel void NAME(const int rows, const int k, const int tfast,                                  \
-                   const __global GEMM_T* restrict x, const long x_off, const long x_sr,            \
+                   const __global ST* restrict x, const long x_off, const long x_sr,                \
                    const long x_sk, const long x_batch,                                             \
                    __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {          \
   const int g0 = get_global_id(0), g1 = get_global_id(1);                                          \
@@ -370,7 +410,7 @@ __kernel void NAME(const int rows, const int k, const int tfast,                
     /* tile rows contiguous in memory: copy TW values per kk */                                    \
     for (int kk = 0; kk < kn; ++kk) {                                                              \
       _Pragma("unroll")                                                                            \
-      for (int r = 0; r < (TW); ++r) xp[kk * (TW) + r] = x[r];                                     \
+      for (int r = 0; r < (TW); ++r) xp[kk * (TW) + r] = LOAD1(x, r);                              \
       x += x_sk;                                                                                   \
     }                                                                                              \
   } else if (GEMM_PACK_VEC && x_sk == 1 && kn == GEMM_PACK_KC) {                                   \
@@ -378,26 +418,29 @@ __kernel void NAME(const int rows, const int k, const int tfast,                
     _Pragma("unroll")                                                                              \
     for (int r = 0; r < (TW); ++r) {                                                               \
       GEMM_T tmp[GEMM_PACK_KC];                                                                    \
-      GEMM_PACK_LOADROW(tmp, x + min(r, rv - 1) * x_sr, r < rv);                                   \
+      GEMM_PACK_STOREROW(tmp, x + min(r, rv - 1) * x_sr, r < rv, LOAD1, LOADROW);                  \
       _Pragma("unroll")                                                                            \
       for (int kk = 0; kk < GEMM_PACK_KC; ++kk) xp[kk * (TW) + r] = tmp[kk];                       \
     }                                                                                              \
   } else {                                                                                         \
     for (int r = 0; r < (TW); ++r) {                                                               \
-      const __global GEMM_T* xr = x + min(r, rv - 1) * x_sr;                                       \
-      if (r < rv) { for (int kk = 0; kk < kn; ++kk) xp[kk * (TW) + r] = xr[kk * x_sk]; }           \
+      const __global ST* xr = x + min(r, rv - 1) * x_sr;                                           \
+      if (r < rv) { for (int kk = 0; kk < kn; ++kk) xp[kk * (TW) + r] = LOAD1(xr, kk * x_sk); }    \
       else { for (int kk = 0; kk < kn; ++kk) xp[kk * (TW) + r] = (GEMM_T)0; }                      \
     }                                                                                              \
   }                                                                                                \
 }
 
 #if GEMM_PACK_VEC
-#define GEMM_PACK_LOADROW(tmp, src, valid)                                                         \
-  GEMM_CAT(vstore, GEMM_PACK_KC)((valid) ? GEMM_CAT(vload, GEMM_PACK_KC)(0, src) : (GEMM_PV)0, 0, tmp)
+#define GEMM_PACK_STOREROW(tmp, src, valid, LOAD1, LOADROW)                                        \
+  GEMM_CAT(vstore, GEMM_PACK_KC)((valid) ? LOADROW(src) : (GEMM_PV)0, 0, tmp)
 #else
-#define GEMM_PACK_LOADROW(tmp, src, valid)                                                         \
-  for (int e = 0; e < GEMM_PACK_KC; ++e) tmp[e] = (valid) ? (src)[e] : (GEMM_T)0
+#define GEMM_PACK_STOREROW(tmp, src, valid, LOAD1, LOADROW)                                        \
+  for (int e = 0; e < GEMM_PACK_KC; ++e) tmp[e] = (valid) ? LOAD1(src, e) : (GEMM_T)0
 #endif
+#define GEMM_TLOAD1(p, i) ((p)[i])
+#define GEMM_TLOADROW(p) GEMM_CAT(vload, GEMM_PACK_KC)(0, (p))
+#define GEMM_QLOADROW(p) GEMM_QLOADN(GEMM_PACK_KC, p)
 
-GEMM_PACK_KERNEL(pyrnn_gemm_pack_p, GEMM_TM)
-GEMM_PACK_KERNEL(pyrnn_gemm_pack_q, GEMM_TN)
+GEMM_PACK_KERNEL(pyrnn_gemm_pack_p, GEMM_TM, GEMM_T, GEMM_TLOAD1, GEMM_TLOADROW)
+GEMM_PACK_KERNEL(pyrnn_gemm_pack_q, GEMM_TN, GEMM_QT, GEMM_QLOAD1, GEMM_QLOADROW)

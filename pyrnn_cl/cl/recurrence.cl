@@ -880,43 +880,6 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
 
-/* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
- * block blk_k). Also packs W_proj with G = 1. Global size (K/VW, G*H/VW, D): one work-item
- * transposes a VW x VW block (VW units of one gate x VW columns m): VW contiguous row loads into
- * registers, VW contiguous vector stores (K is a multiple of VW: the engine picks VW so). */
-__kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
-                         const int blk2, const int blk3, __global const real *R,
-                         __global real *rpk)
-{
-    const int mv = get_global_id(0), kv = get_global_id(1), d = get_global_id(2);
-    const int HV = H / REC_VW, k = kv / HV, jv = kv % HV, m0 = mv * REC_VW;
-    const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
-    __global const real *src = R + ((long)d * G * H + (long)blk * H + jv * REC_VW) * K + m0;
-    __global real *dst = rpk + (((long)d * HV + jv) * K + m0) * G * REC_VW + k * REC_VW;
-    real t[REC_VW][REC_VW];            /* t[unit][column] */
-    PYRNN_UNROLL
-    for (int i = 0; i < REC_VW; ++i) STOREV(LOADV(src + (long)i * K), t[i]);
-    PYRNN_UNROLL
-    for (int c = 0; c < REC_VW; ++c) {
-        real col[REC_VW];
-        PYRNN_UNROLL
-        for (int i = 0; i < REC_VW; ++i) col[i] = t[i][c];
-        STOREV(LOADV(col), dst + (long)c * G * REC_VW);
-    }
-}
-
-/* Transposed pack for the backward reductions: W [D][rows][cols] into wt [D][cols/VW][rows][VW],
- * wt[d][c][r][v] = W[d][r][c*VW + v] (R with rows = G*H in the user's block order; W_proj with
- * rows = P). Global size (cols/VW, rows, D); one vector copied per work-item. */
-__kernel void pyrnn_pack_t(const int rows, const int cols, __global const real *W,
-                           __global real *wt)
-{
-    const int c = get_global_id(0), r = get_global_id(1), d = get_global_id(2);
-    const long src = ((long)d * rows + r) * cols + (long)c * REC_VW;
-    const long dst = (((long)d * (cols / REC_VW) + c) * rows + r) * REC_VW;
-    STOREV(LOADV(W + src), wt + dst);
-}
-
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
  * init[d][n][k] when len = 0. Global size (W, N, D). */
 __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_mask,
