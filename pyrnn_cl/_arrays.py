@@ -303,6 +303,19 @@ def widen(device, a, storage) -> cla.Array:
     return out
 
 
+def widen_runs(device, a, offset, stride, n, runs, out) -> None:
+    """``out[r * n + i] = a[offset + r * stride + i]`` widened to float32, for ``runs`` runs of
+    ``n`` elements of the 16-bit device array ``a`` (element offsets; ``out`` a float32 device
+    array of at least ``runs * n`` elements): one launch."""
+    if n == 0 or runs == 0:
+        return
+    storage = np.dtype(a.dtype)
+    knl = _storage_program(device, storage).kernel("pyrnn_widen_runs")
+    set_args(knl, a.base_data, np.int64(a.offset // storage.itemsize + offset), np.int64(stride),
+             np.int32(n), out.base_data)
+    enqueue(device.queue, knl, (n, runs))
+
+
 def narrow(device, a, storage) -> cla.Array:
     """A new device array of the 16-bit ``storage`` dtype with the values of the contiguous
     float32 device array ``a`` rounded to nearest even (overflow to infinity, NaN kept)."""

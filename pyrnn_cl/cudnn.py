@@ -55,6 +55,7 @@ from ._arrays import (
     common_dtype,
     is_array,
     sub_array,
+    widen_runs,
 )
 from ._lifecycle import entry_point
 from ._types import Array, DeviceArg
@@ -372,23 +373,26 @@ class _Net:
         return StateView(a, self.N * width, width)
 
     def gather(self, params, off, l, per_dir):
-        """``[D][per_dir]`` from the runs of ``params`` at ``off`` in each pseudo-layer of ``l``."""
+        """``[D][per_dir]`` from the runs of ``params`` at ``off`` in each pseudo-layer of ``l``
+        (16-bit params widened on the way)."""
         out = self.call.empty((self.D * per_dir,))
+        if params.dtype != self.dt:
+            widen_runs(self.dev, params, off, self.lay.pseudo_size(l), per_dir, self.D, out)
+            return out
         engine.copy3(self.dev, self.dt, out, 0, (per_dir, 0, 1), params, off,
                      (self.lay.pseudo_size(l), 0, 1), (self.D, 1, per_dir))
         return out
 
     def weights(self, params, l):
-        """Engine tensors of layer ``l``: ``R [D][G·H][K]``, ``hb [D][G·H]``, ``bW [D·G·H]``
-        and ``w_proj [D][P][H]`` (or None)."""
-        lay, GH, K = self.lay, self.GH, self.K
-        R = self.gather(params, lay.off_r(l, 0), l, GH * K).reshape((self.D, GH, K))
+        """Engine tensors of layer ``l``: ``R`` and ``w_proj`` (or None) where they lie in
+        ``params`` (:class:`engine.Target`: the packs read them in place, 16-bit params as
+        stored), and the biases gathered: ``hb [D][G·H]``, ``bW [D·G·H]``."""
+        lay, GH = self.lay, self.GH
+        stride = lay.pseudo_size(l)
+        R = engine.Target(params, lay.off_r(l, 0), stride)
         hb = self.gather(params, lay.off_br(l, 0), l, GH).reshape((self.D, GH))
         bw = self.gather(params, lay.off_bw(l, 0), l, GH)
-        wp = None
-        if lay.P:
-            wp = self.gather(params, lay.off_proj(l, 0), l, lay.P * self.H).reshape(
-                (self.D, lay.P, self.H))
+        wp = engine.Target(params, lay.off_proj(l, 0), stride) if lay.P else None
         return R, hb, bw, wp
 
     def input_gates(self, params, l, x, bw, gx=None):
@@ -485,7 +489,7 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
             _copy(net.q, out_c, 0, c0_all, 0, out_c.size)
     else:
         assert rec is not None      # built above: the run is not empty
-        params_d = call.dev("params", params)
+        params_d = call.stored("params", params)    # 16-bit: read as stored
         x = net.seq_to_time_major("input", input, net.I)
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = (net.reserve_views(reserve) if net.training
@@ -623,7 +627,7 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
         return (net.seq_out(dx, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))
     assert rec is not None      # built above: the run is not empty
 
-    params_d = call.dev("params", params)
+    params_d = call.stored("params", params)    # 16-bit: read as stored
     res = call.dev("reserve_space", reserve_space)
     h0_all = call.dev("input_h", input_h)
     c0_all = call.dev("input_c", input_c) if net.lstm else None

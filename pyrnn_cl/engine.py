@@ -391,15 +391,20 @@ class Recurrence:
     def _pack_kernel(self, name: str, weight: cla.Array | Target, per_dir: int):
         """Kernel ``name`` of ``cl/pack.cl`` for ``weight`` (an array ``[D][...]`` or a
         :class:`Target` inside a larger buffer) compiled for the dtype the weight is stored in
-        (a 16-bit weight is read as it is and packed to float32: no widening pass), and the
-        weight as ``(buffer, element offset, direction stride)``."""
+        (the layer's own program, which includes pack.cl, for the compute dtype; a 16-bit
+        weight is read as it is and packed to float32: no widening pass), and the weight as
+        ``(buffer, element offset, direction stride)``."""
         w = weight if isinstance(weight, Target) else Target(weight, 0, per_dir)
         storage = np.dtype(w.array.dtype)
         assert compute_dtype(storage) == self.dtype, (storage, self.dtype)
-        prog = self._programs.get(("pack", storage))
-        if prog is None:
-            prog = self._programs[("pack", storage)] = get_program(
-                self.device, "pack.cl", {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw})
+        if storage == self.dtype:
+            prog = self._program()          # (recurrence.cl includes pack.cl)
+        else:
+            prog = self._programs.get(("pack", storage))
+            if prog is None:
+                prog = self._programs[("pack", storage)] = get_program(
+                    self.device, "pack.cl",
+                    {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw})
         offset = w.offset + w.array.offset // storage.itemsize
         return prog.kernel(name), (w.array.base_data, _I64(offset), _I64(w.stride))
 

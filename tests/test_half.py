@@ -416,6 +416,18 @@ CUDNN_CASES = [("lstm", 2, 2, 0, True), ("lstm", 2, 1, 5, False), ("gru", 2, 2, 
                               for m, L, D, P, t in CUDNN_CASES])
 def test_cudnn(device, dtype, mode, L, D, P, tm):
     """cudnn_rnn and cudnn_rnn_backprop with lengths, every upstream gradient, half reserve."""
+    check_cudnn(device, dtype, mode, L, D, P, tm)
+
+
+@pytest.mark.oclgrind
+def test_cudnn_float16_projection_small(device):
+    """A two-layer LSTM with a projection in float16 (the oclgrind run's cuDNN-dialect 16-bit
+    path: R and W_proj packed, W multiplied and the biases widened straight from the params
+    buffer as stored)."""
+    check_cudnn(device, np.dtype(np.float16), "lstm", 2, 1, 5, False)
+
+
+def check_cudnn(device, dtype, mode, L, D, P, tm):
     d, kw = _cudnn_problem(mode, L, D, P, dtype, time_major=tm, seed=L + D)
     lstm = mode == "lstm"
     c0 = d["c0"] if lstm else None

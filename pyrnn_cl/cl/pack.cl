@@ -10,7 +10,12 @@
  * Direction d's weight starts at element src_off + d * src_dstride of the source buffer, so a
  * pack reads a weight where it lies, e.g. inside a cuDNN params buffer (the directions'
  * pseudo-layers apart), without a gathering copy first.
+ *
+ * recurrence.cl includes this file, so a layer whose weights are in its compute dtype packs with
+ * kernels of its own program; a 16-bit weight takes this file built on its own for its storage.
  */
+#ifndef PYRNN_PACK_CL
+#define PYRNN_PACK_CL
 #include "common.h"
 
 #if PYRNN_DTYPE == 3 || PYRNN_DTYPE == 4
@@ -74,3 +79,5 @@ __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t 
     const long dst = (((long)d * (cols / REC_VW) + c) * rows + r) * REC_VW;
     STOREV(LOAD_SRCV(W + src), wt + dst);
 }
+
+#endif /* PYRNN_PACK_CL */

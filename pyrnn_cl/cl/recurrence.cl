@@ -63,6 +63,7 @@
  * disagree do not build.
  */
 #include "common.h"
+#include "pack.cl"           /* pyrnn_pack, pyrnn_pack_t (weights in the compute dtype) */
 
 #ifndef CELL_G
 #error "include a cells/<cell>.cl file before recurrence.cl"

@@ -42,3 +42,13 @@ __kernel void pyrnn_narrow1(__global const float *src, __global storage *dst, co
     const long i = first + (long)get_global_id(0);
     STORAGE_STORE(src[i], i, dst + dst_off);
 }
+
+/* dst[r * n + i] = (float)src[src_off + r * src_stride + i]: `runs` runs of n elements each,
+ * src_stride apart in the source (e.g. one bias per direction of a cuDNN params buffer).
+ * Global size (n, runs). */
+__kernel void pyrnn_widen_runs(__global const storage *src, const long src_off,
+                               const long src_stride, const int n, __global float *dst)
+{
+    const int i = get_global_id(0), r = get_global_id(1);
+    dst[(long)r * n + i] = STORAGE_LOAD(src_off + r * src_stride + i, src);
+}
