@@ -218,7 +218,14 @@ def test_run_bench_16bit(device, dtype):
         if HAS_TORCH:
             # outputs |y| < 1 rounded to 16 bits: half an ulp at 1 is 2^-11 / 2^-8
             assert 0 < entry["max_abs_diff_vs_torch"] < 2e-2, entry["config"]["name"]
-    assert f"{dtype} (PyTorch float32)" in bench.format_table(result)
+    table = bench.format_table(result)
+    assert f"{dtype} (PyTorch float32)" in table
+    # our float32 calls timed in the same turns: a ratio per configuration and its summary
+    for entry in result["configs"]:
+        for part in ("fwd", "fwd_bwd"):
+            assert 0 < entry[f"vs_float32_{part}"] < 100, entry["config"]["name"]
+    assert result["summary"]["max_vs_float32_fwd"] >= result["summary"]["geomean_vs_float32_fwd"]
+    assert f"{dtype} storage against float32" in table
     ours = bench._Ours(TINY[3], bench._make_weights(TINY[3]), np.zeros((3, 2, 4), np.float32),
                        np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, dtype=dtype)
     assert {str(a.dtype) for a in (ours.x, ours.dy, ours.params, ours.h0, ours.c0)} == {dtype}

@@ -98,6 +98,23 @@ def format_table(result: dict) -> str:
                     f"{_ratio(e, 'ratio_bridge_fwd_bwd')} |")
         lines += ["", "Geometric mean bridge ratio: "
                   f"{_f(sm.get('geomean_ratio_bridge_fwd_bwd'), '{:.2f}')}.", ""]
+    if any(e.get("vs_float32_fwd") for e in result["configs"]):
+        lines += [
+            f"{result['dtype']} storage against float32 (our ops, timed in the same turns); "
+            "time ratio 16-bit / float32 (< 1: 16-bit faster):",
+            "",
+            "| config | fwd | fwd+bwd |",
+            "|---|---|---|",
+        ]
+        for e in result["configs"]:
+            if e.get("vs_float32_fwd"):
+                lines.append(f"| {e['config']['name']} | {e['vs_float32_fwd']:.3f} | "
+                             f"{e['vs_float32_fwd_bwd']:.3f} |")
+        lines += ["", "Geometric mean: forward "
+                  f"{_f(sm.get('geomean_vs_float32_fwd'), '{:.3f}')}, forward+backward "
+                  f"{_f(sm.get('geomean_vs_float32_fwd_bwd'), '{:.3f}')}; highest: forward "
+                  f"{_f(sm.get('max_vs_float32_fwd'), '{:.3f}')}, forward+backward "
+                  f"{_f(sm.get('max_vs_float32_fwd_bwd'), '{:.3f}')}.", ""]
     lines += [
         "Device memory per call, MiB (estimate from the engine's buffers):",
         "",

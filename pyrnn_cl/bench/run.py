@@ -42,7 +42,10 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     bridge calls): ``ratio_bridge_fwd_bwd`` is our time / the bridge's (1.0: no overhead).
     ``dtype``: the storage dtype of our ops' arrays (``"float32"``, ``"float16"``,
     ``"bfloat16"`` where ml_dtypes is installed; ``sources.STORAGE_DTYPES``); PyTorch always
-    runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32.
+    runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32. A 16-bit run
+    also times our float32 calls in the same turns: ``vs_float32_fwd`` / ``vs_float32_fwd_bwd``
+    are 16-bit time / float32 time (< 1: the 16-bit storage is faster), measured side by side
+    because separate runs on a shared machine differ by more than what is measured.
     """
     import pyrnn_cl as rc
 
@@ -115,7 +118,8 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
                                               "recurrent_forward": cfg.flops_recurrent()},
              "memory_bytes": memory_estimate(cfg), "ours": None, "torch": None,
              "ratio_fwd": None, "ratio_fwd_bwd": None, "max_abs_diff_vs_torch": None,
-             "bridge": None, "ratio_bridge_fwd_bwd": None, "note": "", "error": None}
+             "bridge": None, "ratio_bridge_fwd_bwd": None, "vs_float32_fwd": None,
+             "vs_float32_fwd_bwd": None, "note": "", "error": None}
     want_cudnn = have_cudnn and cfg.layers > 1 if use_cudnn is None else bool(use_cudnn)
     try:
         ours = None
@@ -147,6 +151,10 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
         if bridge and tm is not None and not tm.cuda:
             fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
+        if np.dtype(dtype).itemsize == 2:      # 16-bit storage: float32 in the same turns
+            f32 = _Ours(cfg, weights, x, dy, dev, use_cudnn=ours.dialect == "cudnn",
+                        host_inputs=host_inputs)
+            fns.update(f32_fwd=f32.run_forward, f32_fwd_bwd=f32.run_fwd_bwd)
         times = _timed_blocks(fns, repeat, warmup, block)
         fwd, fb = _stats(times["fwd"]), _stats(times["fwd_bwd"])
         entry["ours"] = {"fwd": fwd, "fwd_bwd": fb, **_rates(cfg, fwd, fb, sgemm)}
@@ -157,6 +165,10 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             entry["ratio_fwd_bwd"] = tfb["median_ms"] / fb["median_ms"]
             entry["ratio_fwd_min"] = tfwd["min_ms"] / fwd["min_ms"]
             entry["ratio_fwd_bwd_min"] = tfb["min_ms"] / fb["min_ms"]
+        if "f32_fwd" in times:
+            entry["vs_float32_fwd"] = fwd["median_ms"] / _stats(times["f32_fwd"])["median_ms"]
+            entry["vs_float32_fwd_bwd"] = (fb["median_ms"]
+                                           / _stats(times["f32_fwd_bwd"])["median_ms"])
         if "bridge_fwd_bwd" in times:
             bfb = _stats(times["bridge_fwd_bwd"])
             entry["bridge"] = {"fwd_bwd": bfb}
@@ -176,7 +188,10 @@ def _summary(entries) -> dict:
     rf = [e["ratio_fwd"] for e in entries if e.get("ratio_fwd")]
     rb = [e["ratio_fwd_bwd"] for e in entries if e.get("ratio_fwd_bwd")]
     rbr = [e["ratio_bridge_fwd_bwd"] for e in entries if e.get("ratio_bridge_fwd_bwd")]
+    v16 = {k: [e[k] for e in entries if e.get(k)] for k in ("vs_float32_fwd", "vs_float32_fwd_bwd")}
     return {"geomean_ratio_fwd": _geomean(rf), "geomean_ratio_fwd_bwd": _geomean(rb),
             "geomean_ratio_bridge_fwd_bwd": _geomean(rbr),
+            **{f"geomean_{k}": _geomean(v) for k, v in v16.items()},
+            **{f"max_{k}": max(v) if v else None for k, v in v16.items()},
             "min_ratio_fwd": min(rf) if rf else None, "min_ratio_fwd_bwd": min(rb) if rb else None,
             "errors": sum(1 for e in entries if e.get("error"))}
