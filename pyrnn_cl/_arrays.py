@@ -276,31 +276,51 @@ def _storage_program(device, storage):
     return get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(storage)})
 
 
-def _convert(device, kernel, storage, n, args):
+#: Arrays one conversion launch handles (``CONVERT_SLOTS`` of ``cl/storage.cl``).
+CONVERT_SLOTS = 4
+
+
+def _convert(device, kernel, storage, pairs) -> None:
     """Enqueue conversion ``kernel`` (``pyrnn_widen`` or ``pyrnn_narrow`` of
-    ``cl/storage.cl``) over ``n`` elements: its 8-wide form over the first ``n - n % 8``, its
-    1-wide form over the rest."""
+    ``cl/storage.cl``) for every ``(src, dst)`` of ``pairs`` (contiguous device arrays of one
+    size; their offsets are honoured), :data:`CONVERT_SLOTS` pairs per launch: the 8-wide
+    kernel over each pair's first ``n - n % 8`` elements, the 1-wide one over the rest."""
+    pairs = [(a, b) for a, b in pairs if a.size]
+    if not pairs:
+        return
     prog = _storage_program(device, storage)
-    if n >= 8:
-        knl = prog.kernel(kernel + "8")
-        set_args(knl, *args)
-        enqueue(device.queue, knl, (n // 8,))
-    if n % 8:
-        knl = prog.kernel(kernel + "1")
-        set_args(knl, *args, np.int64(n - n % 8))
-        enqueue(device.queue, knl, (n % 8,))
+    for start in range(0, len(pairs), CONVERT_SLOTS):
+        group = pairs[start:start + CONVERT_SLOTS]
+        slots = [(a.base_data, np.int64(a.offset // a.dtype.itemsize), b.base_data,
+                  np.int64(b.offset // b.dtype.itemsize), a.size) for a, b in group]
+        slots += [slots[0][:4] + (0,)] * (CONVERT_SLOTS - len(slots))    # unused: n = 0
+        wide = max(n // 8 for *_, n in slots)
+        if wide:
+            knl = prog.kernel(kernel + "8")
+            set_args(knl, *[v for *buffers, n in slots for v in (*buffers, np.int64(n // 8))])
+            enqueue(device.queue, knl, (wide,))
+        tail = max(n % 8 for *_, n in slots)
+        if tail:
+            knl = prog.kernel(kernel + "1")
+            set_args(knl, *[v for *buffers, n in slots
+                            for v in (*buffers, np.int64(n - n % 8), np.int64(n % 8))])
+            enqueue(device.queue, knl, (tail,))
+
+
+def widen_many(device, arrays, storage) -> list[cla.Array]:
+    """Float32 device arrays with the values of the contiguous device arrays ``arrays`` of a
+    16-bit storage dtype (exact: every float16 and bfloat16 is a float32), converted
+    :data:`CONVERT_SLOTS` per launch. They live inside one op call (:func:`temporary`: pooled
+    memory, reused by the next call instead of faulting in fresh pages, ~1 ms per million
+    elements on Intel's CPU runtime); results are narrowed into arrays of their own."""
+    outs = [temporary(device, a.shape, np.float32) for a in arrays]
+    _convert(device, "pyrnn_widen", storage, list(zip(arrays, outs)))
+    return outs
 
 
 def widen(device, a, storage) -> cla.Array:
-    """A float32 device array with the values of the contiguous device array ``a`` of a
-    16-bit storage dtype (exact: every float16 and bfloat16 is a float32). It lives inside one
-    op call (:func:`temporary`: pooled memory, reused by the next call instead of faulting in
-    fresh pages, ~1 ms per million elements on Intel's CPU runtime); results are narrowed into
-    arrays of their own."""
-    out = temporary(device, a.shape, np.float32)
-    _convert(device, "pyrnn_widen", storage, a.size,
-             (a.base_data, np.int64(a.offset // a.dtype.itemsize), out.base_data))
-    return out
+    """:func:`widen_many` of one array."""
+    return widen_many(device, [a], storage)[0]
 
 
 def widen_runs(device, a, offset, stride, n, runs, out) -> None:
@@ -316,14 +336,18 @@ def widen_runs(device, a, offset, stride, n, runs, out) -> None:
     enqueue(device.queue, knl, (n, runs))
 
 
+def narrow_many(device, arrays, storage) -> list[cla.Array]:
+    """New device arrays of the 16-bit ``storage`` dtype with the values of the contiguous
+    float32 device arrays ``arrays`` rounded to nearest even (overflow to infinity, NaN kept),
+    converted :data:`CONVERT_SLOTS` per launch."""
+    outs = [empty(device.queue, a.shape, storage) for a in arrays]
+    _convert(device, "pyrnn_narrow", storage, list(zip(arrays, outs)))
+    return outs
+
+
 def narrow(device, a, storage) -> cla.Array:
-    """A new device array of the 16-bit ``storage`` dtype with the values of the contiguous
-    float32 device array ``a`` rounded to nearest even (overflow to infinity, NaN kept)."""
-    out = empty(device.queue, a.shape, storage)
-    if a.offset:
-        a = a.copy()
-    _convert(device, "pyrnn_narrow", storage, a.size, (a.base_data, out.base_data, np.int64(0)))
-    return out
+    """:func:`narrow_many` of one array."""
+    return narrow_many(device, [a], storage)[0]
 
 
 def common_dtype(named):
@@ -392,10 +416,31 @@ class Call:
     def dev(self, name, a, shape=None):
         """``a`` as a contiguous, zero-offset device array of the compute dtype (copied, and
         for 16-bit storage widened to float32, when needed)."""
+        return self.devs((name, a, shape))[0]
+
+    def devs(self, *items):
+        """:meth:`dev` of each ``(name, array[, shape])`` (``None`` for an absent array); the
+        16-bit ones are widened together, :data:`CONVERT_SLOTS` arrays per launch."""
+        outs: list = []
+        pending: list[tuple[int, cla.Array]] = []       # (index, 16-bit array to widen)
+        for i, (name, a, *shape) in enumerate(items):
+            if a is not None and shape and shape[0] is not None:
+                check_shape(name, a, shape[0])
+            out, to_widen = self._dev_one(name, a)
+            outs.append(out)
+            if to_widen:
+                pending.append((i, out))
+        if pending:
+            widened = widen_many(self.device, [a for _, a in pending], self.storage)
+            for (i, _), w in zip(pending, widened):
+                outs[i] = w
+        return outs
+
+    def _dev_one(self, name, a) -> tuple:
+        """``(array, to_widen)``: :meth:`dev` of one checked array, or with ``to_widen`` the
+        16-bit device array still to widen."""
         if a is None:
-            return None
-        if shape is not None:
-            check_shape(name, a, shape)
+            return None, False
         if self.converts:
             # 16-bit values travel as they are (half the bytes) and widen on the device, which
             # is ~20x faster than NumPy's float16 -> float32 cast
@@ -403,23 +448,23 @@ class Call:
                 self._check_device_array(name, a)
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
             if a.size == 0:
-                return cla.empty(self.queue, a.shape, self.dtype)
+                return cla.empty(self.queue, a.shape, self.dtype), False
             if isinstance(a, np.ndarray):
                 a = _upload(self.queue, a, self.storage)
-            return widen(self.device, a, self.storage)
+            return a, True
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
             if a.size == 0:
-                return cla.empty(self.queue, a.shape, self.dtype)
-            return _upload(self.queue, a, self.dtype)
+                return cla.empty(self.queue, a.shape, self.dtype), False
+            return _upload(self.queue, a, self.dtype), False
         self._check_device_array(name, a)
         if a.offset:
             b = cla.empty(self.queue, a.shape, a.dtype)
             if a.size:
                 cl.enqueue_copy(self.queue, b.base_data, a.base_data, src_offset=a.offset,
                                 byte_count=a.nbytes)
-            return b
-        return a
+            return b, False
+        return a, False
 
     def stored(self, name, a, shape=None):
         """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
@@ -471,10 +516,19 @@ class Call:
     def out(self, a, shape=None):
         """An output in the caller's kind (NumPy or device array) and storage dtype, reshaped
         to ``shape``."""
-        if shape is not None and tuple(a.shape) != tuple(shape):
-            a = a.reshape(shape)
-        if self.converts and a.dtype != self.storage:
-            a = narrow(self.device, a, self.storage)
+        return self.outs((a, shape))[0]
+
+    def outs(self, *items) -> list:
+        """:meth:`out` of each ``(array, shape)`` (shape ``None``: as it is); results of the
+        compute dtype are narrowed together, :data:`CONVERT_SLOTS` per launch."""
+        arrays = [a if shape is None or tuple(a.shape) == tuple(shape) else a.reshape(shape)
+                  for a, shape in items]
+        if self.converts:
+            wide = [i for i, a in enumerate(arrays) if a.dtype != self.storage]
+            for i, a in zip(wide, narrow_many(self.device, [arrays[i] for i in wide],
+                                              self.storage)):
+                arrays[i] = a
         if self.numpy_out:
-            return a.get(queue=self.queue) if a.size else np.zeros(a.shape, self.storage)
-        return a
+            return [a.get(queue=self.queue) if a.size else np.zeros(a.shape, self.storage)
+                    for a in arrays]
+        return arrays

@@ -337,26 +337,31 @@ class _Net:
     def empty_run(self):
         return self.T == 0 or self.N == 0
 
-    def seq_to_time_major(self, name, a, width):
-        """A ``[T][N][width]`` device copy of a sequence argument in the call's layout."""
+    def seq_shape(self, width):
+        """The shape of a sequence argument or result in the call's layout."""
+        return (self.T, self.N, width) if self.time_major else (self.N, self.T, width)
+
+    def to_time_major(self, src, width):
+        """A ``[T][N][width]`` device array of a sequence argument on the device (``src``,
+        in :meth:`seq_shape`)."""
         T, N = self.T, self.N
-        if self.time_major:
-            return self.call.dev(name, a, (T, N, width))
-        src = self.call.dev(name, a, (N, T, width))
+        if src is None or self.time_major:
+            return src
         out = self.call.empty((T, N, width))
         ds, ss = swap01_strides(N, T, width)
         engine.copy3(self.dev, self.dt, out, 0, ds, src, 0, ss, (N, T, width))
         return out
 
     def seq_out(self, a, width):
-        """A time-major ``[T][N][width]`` result in the call's layout and kind."""
+        """``(array, shape)`` for :meth:`Call.outs` of a time-major ``[T][N][width]`` result, in
+        the call's layout."""
         T, N = self.T, self.N
         if self.time_major:
-            return self.call.out(a, (T, N, width))
+            return a, (T, N, width)
         out = self.call.empty((N, T, width))
         ds, ss = swap01_strides(T, N, width)
         engine.copy3(self.dev, self.dt, out, 0, ds, a, 0, ss, (T, N, width))
-        return self.call.out(out)
+        return out, None
 
     def layer_state(self, full, l, width):
         """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state."""
@@ -476,8 +481,9 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     call, lay = net.call, net.lay
     T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
     rec = None if net.empty_run else net.recurrence()   # memory check before any copy
-    h0_all = call.dev("input_h", input_h)
-    c0_all = call.dev("input_c", input_c) if net.lstm else None
+    h0_all, c0_all, x_in = call.devs(
+        ("input_h", input_h), ("input_c", input_c if net.lstm else None),
+        ("input", None if net.empty_run else input, net.seq_shape(net.I)))
     out_h = call.empty((L * D, N, K))
     out_c = call.empty((L * D, N, H)) if net.lstm else call.empty((0,))
     res_size = lay.reserve_size(T, N, net.drop) if net.training else 0
@@ -490,7 +496,7 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     else:
         assert rec is not None      # built above: the run is not empty
         params_d = call.stored("params", params)    # 16-bit: read as stored
-        x = net.seq_to_time_major("input", input, net.I)
+        x = net.to_time_major(x_in, net.I)
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = (net.reserve_views(reserve) if net.training
                         else ([{}] * L, [Reserve()] * L))
@@ -525,7 +531,8 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     if not call.numpy_out:
         host = (cla.to_device(net.q, host, async_=True) if host.size     # our own array
                 else cla.empty(net.q, (0,), np.int8))
-    return (net.seq_out(y, D * K), call.out(out_h), call.out(out_c), call.out(reserve), host)
+    return (*call.outs(net.seq_out(y, D * K), (out_h, None), (out_c, None), (reserve, None)),
+            host)
 
 
 def _zero_gaps(queue, reserve, parts):
@@ -616,24 +623,27 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
     dparams = call.zeros((lay.size,))
     dh0_all = call.zeros((L * D, N, K))
     dc0_all = call.zeros((L * D, N, H)) if net.lstm else call.empty((0,))
-    dhn_all = call.dev("output_h_backprop", output_h_backprop)
-    dcn_all = call.dev("output_c_backprop", output_c_backprop) if net.lstm else None
     if net.empty_run:
+        dhn_all, dcn_all = call.devs(
+            ("output_h_backprop", output_h_backprop),
+            ("output_c_backprop", output_c_backprop if net.lstm else None))
         dx = call.zeros((T, N, net.I))
         if dhn_all is not None:
             _copy(net.q, dh0_all, 0, dhn_all, 0, dh0_all.size)
         if dcn_all is not None:
             _copy(net.q, dc0_all, 0, dcn_all, 0, dc0_all.size)
-        return (net.seq_out(dx, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))
+        return tuple(call.outs(net.seq_out(dx, net.I), (dh0_all, None), (dc0_all, None),
+                               (dparams, None)))
     assert rec is not None      # built above: the run is not empty
 
     params_d = call.stored("params", params)    # 16-bit: read as stored
-    res = call.dev("reserve_space", reserve_space)
-    h0_all = call.dev("input_h", input_h)
-    c0_all = call.dev("input_c", input_c) if net.lstm else None
-    x0 = net.seq_to_time_major("input", input, net.I)
-    dy = (net.seq_to_time_major("output_backprop", output_backprop, D * K)
-          if output_backprop is not None else None)
+    res, h0_all, c0_all, x0, dy, dhn_all, dcn_all = call.devs(
+        ("reserve_space", reserve_space), ("input_h", input_h),
+        ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)),
+        ("output_backprop", output_backprop, net.seq_shape(D * K)),
+        ("output_h_backprop", output_h_backprop),
+        ("output_c_backprop", output_c_backprop if net.lstm else None))
+    x0, dy = net.to_time_major(x0, net.I), net.to_time_major(dy, D * K)
     parts, views = net.reserve_views(res)       # read in place; copied where not addressable
 
     def saved(l, name):
@@ -685,4 +695,5 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
         if net.lstm:
             net.put_state(dc0_all, l, dc0, H)
         dy = dx
-    return (net.seq_out(dy, net.I), call.out(dh0_all), call.out(dc0_all), call.out(dparams))
+    return tuple(call.outs(net.seq_out(dy, net.I), (dh0_all, None), (dc0_all, None),
+                           (dparams, None)))

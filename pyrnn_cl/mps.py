@@ -218,25 +218,24 @@ class _Layer:
                               has_peep=peephole is not None)
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
-        self.x = q.dev("source", source)
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only
         self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
-        self.b = q.dev("bias", bias)
+        b2 = secondary_bias if self.cell.needs_hn else None
+        self.x, self.b, h0, c0, self.peep, b2 = q.devs(
+            ("source", source), ("bias", bias), ("init_state", init_state),
+            ("init_cell", init_cell if self.cell.has_c else None), ("peephole", peephole),
+            ("secondary_bias", b2))
         # absent initial states: every (d, n) reads the same row of shared zeros
         zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)
-        self.h0 = (StateView(q.dev("init_state", init_state), H, D * H)
-                   if init_state is not None else zero)
+        self.h0 = StateView(h0, H, D * H) if h0 is not None else zero
         self.c0 = None
         if self.cell.has_c:
-            self.c0 = (StateView(q.dev("init_cell", init_cell), H, D * H)
-                       if init_cell is not None else zero)
-        self.peep = q.dev("peephole", peephole)
+            self.c0 = StateView(c0, H, D * H) if c0 is not None else zero
         self.mask = self._mask(mask)
         self.hb = None
-        if self.cell.needs_hn and secondary_bias is not None:
+        if b2 is not None:
             # hidden-side bias [D][G*H]: b2 in the hn slot's (o) block, zero elsewhere
             self.hb = q.zeros((D, G * H))
-            b2 = q.dev("secondary_bias", secondary_bias)
             o = self.cell.gate_blocks[self.cell.hn_slot] * H
             engine.copy3(q.device, q.dtype, self.hb, o, (G * H, 0, 1), b2, 0, (H, 0, 1),
                          (D, 1, H))
@@ -276,11 +275,10 @@ class _Layer:
             return self.rec.forward(None, self.layer_inputs(), x=self.x, w=self.W, xb=self.b)
         return self.rec.forward(self.input_gates(), self.layer_inputs())
 
-    def backward(self, fwd, source_gradient, state_gradient, cell_gradient):
+    def backward(self, fwd, dy, dhn, dcn):
+        """The layer's gradients for the forward results ``fwd`` and the upstream gradients
+        ``dy``, ``dhn``, ``dcn`` (from :meth:`gradient_inputs`)."""
         q, T, N, D, H = self.call, self.T, self.N, self.D, self.H
-        dy = q.dev("source_gradient", source_gradient, (T, N, D * H))
-        dhn = q.dev("state_gradient", state_gradient, (N, D * H))
-        dcn = q.dev("cell_gradient", cell_gradient, (N, D * H))
         dh0 = StateView(q.empty((N, D * H)), H, D * H)
         dc0 = StateView(q.empty((N, D * H)), H, D * H) if self.cell.has_c else None
         GH, I = self.G * H, self.I
@@ -305,12 +303,21 @@ class _Layer:
         return dict(dx=dx, dR=grads.dR, dW=dW, db=db, dhb=dhb, dh0=dh0.array,
                     dc0=dc0.array if dc0 else None, dpeep=grads.dpeep)
 
-    def saved_forward(self, z_state, y=None, cs=None) -> engine.Saved:
-        """The engine's forward results from what the gradient ops receive. An LSTM or RNN
-        gradient is not given h: the engine computes h[t-1] from the saved gates (and c) chunk
-        by chunk where it needs it, so no h sequence is rebuilt here."""
+    def gradient_inputs(self, z_state, source_gradient, state_gradient, cell_gradient,
+                        y=None, cs=None):
+        """``(fwd, dy, dhn, dcn)``: the engine's forward results (:class:`engine.Saved`) and the
+        upstream gradients from what a gradient op receives (``y``: ``output_fwd``, ``cs``:
+        ``cell_output_fwd``), converted together. An LSTM or RNN gradient is not given h: the
+        engine computes h[t-1] from the saved gates (and c) chunk by chunk where it needs it,
+        so no h sequence is rebuilt here."""
         q, T, N, D, H, G = self.call, self.T, self.N, self.D, self.H, self.G
-        return engine.Saved(sav=q.dev("z_state", z_state, (T, N, D * G * H)), y=y, cs=cs)
+        z, y, cs, dy, dhn, dcn = q.devs(
+            ("z_state", z_state, (T, N, D * G * H)), ("output_fwd", y, (T, N, D * H)),
+            ("cell_output_fwd", cs, (T, N, D * H)),
+            ("source_gradient", source_gradient, (T, N, D * H)),
+            ("state_gradient", state_gradient, (N, D * H)),
+            ("cell_gradient", cell_gradient, (N, D * H)))
+        return engine.Saved(sav=z, y=y, cs=cs), dy, dhn, dcn
 
 
 def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, init_cell, mask,
@@ -323,12 +330,12 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
                    init_cell, mask, peephole, secondary_bias)
     fwd = layer.forward()
     T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
-    outs = [call.out(fwd.y, (T, N, D * H))]
+    outs = [(fwd.y, (T, N, D * H))]
     if layer.cell.has_c and (desc.training or desc.produce_cell):
-        outs.append(call.out(fwd.cs, (T, N, D * H)))
+        outs.append((fwd.cs, (T, N, D * H)))
     if desc.training:
-        outs.append(call.out(fwd.sav, (T, N, D * G * H)))
-    return outs
+        outs.append((fwd.sav, (T, N, D * G * H)))
+    return call.outs(*outs)
 
 
 def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq, input_weight,
@@ -351,29 +358,24 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
         grads.append(("cell_gradient", cell_gradient))
     layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
                    init_cell, mask, peephole, secondary_bias, grads=grads)
-    T, N, D, H = layer.T, layer.N, layer.D, layer.H
-    if kind == "lstm":
-        cs = call.dev("cell_output_fwd", fwd_seq, (T, N, D * H))
-        fwd = layer.saved_forward(z_state, cs=cs)
-    elif kind == "gru":
-        fwd = layer.saved_forward(z_state, y=call.dev("output_fwd", fwd_seq, (T, N, D * H)))
-    else:
-        fwd = layer.saved_forward(z_state)
-    g = layer.backward(fwd, source_gradient, state_gradient, cell_gradient)
-    res = _gradient_results(call, g, [
+    g = layer.backward(*layer.gradient_inputs(
+        z_state, source_gradient, state_gradient, cell_gradient,
+        y=fwd_seq if kind == "gru" else None, cs=fwd_seq if kind == "lstm" else None))
+    extra = []
+    if kind == "gru" and secondary_bias is not None:
+        extra.append((_secondary_bias_gradient(layer, g["dhb"]), tuple(secondary_bias.shape)))
+    return _gradient_results(call, g, [
         ("dx", source), ("dR", recurrent_weight), ("dW", input_weight), ("db", bias),
         ("dpeep", peephole if kind == "lstm" else None), ("dh0", init_state),
-        ("dc0", init_cell if kind == "lstm" else None)])
-    if kind == "gru" and secondary_bias is not None:
-        res.append(call.out(_secondary_bias_gradient(layer, g["dhb"]),
-                            tuple(secondary_bias.shape)))
-    return res
+        ("dc0", init_cell if kind == "lstm" else None)], extra)
 
 
-def _gradient_results(call, g, wanted) -> list:
+def _gradient_results(call, g, wanted, extra=()) -> list:
     """The gradient op's results, in the API's order: ``g[key]`` shaped as its argument for
-    each ``(key, argument)`` of ``wanted`` whose argument was given (not None)."""
-    return [call.out(g[key], tuple(arg.shape)) for key, arg in wanted if arg is not None]
+    each ``(key, argument)`` of ``wanted`` whose argument was given (not None), then the
+    ``(array, shape)`` of ``extra``; narrowed together."""
+    return call.outs(*[(g[key], tuple(arg.shape)) for key, arg in wanted if arg is not None],
+                     *extra)
 
 
 def _secondary_bias_gradient(layer, dhb):
@@ -524,11 +526,9 @@ def rnn_layer_gradients(source: Array, recurrent_weight: Array, source_gradient:
         grads += [("cell_output_fwd", cell_output_fwd), ("cell_gradient", cell_gradient)]
     layer = _Layer("layer", call, desc, source, recurrent_weight, input_weight, bias, init_state,
                    init_cell, mask, None, None, grads=grads)
-    T, N, D, H = layer.T, layer.N, layer.D, layer.H
-    y = call.dev("output_fwd", output_fwd, (T, N, D * H)) if cell.bwd_needs_y else None
-    cs = call.dev("cell_output_fwd", cell_output_fwd, (T, N, D * H)) if cell.has_c else None
-    g = layer.backward(layer.saved_forward(z_state, y=y, cs=cs), source_gradient,
-                       state_gradient, cell_gradient)
+    g = layer.backward(*layer.gradient_inputs(
+        z_state, source_gradient, state_gradient, cell_gradient,
+        y=output_fwd if cell.bwd_needs_y else None, cs=cell_output_fwd if cell.has_c else None))
     return _gradient_results(call, g, [
         ("dx", source), ("dR", recurrent_weight), ("dW", input_weight), ("db", bias),
         ("dh0", init_state), ("dc0", init_cell)])

@@ -3,11 +3,15 @@
  * conversions). An op that receives 16-bit arrays widens them to float32 on the device when it
  * starts and narrows its results when it ends (round to nearest even; NaN and infinities kept).
  *
- * n elements are converted by two launches: the *8 kernels, 8 consecutive elements per
- * work-item (global size n / 8), then the *1 kernels, one element per work-item, for the last
- * n % 8 (global size n % 8, from element `first`). Neither has a branch: a tail loop inside the
- * 8-wide kernel made Intel's CPU compiler 20x slower, and PoCL does not vectorise across
- * work-items. Offsets are in elements.
+ * One launch converts up to CONVERT_SLOTS arrays (an op's inputs at its start, its results at its
+ * end: on PoCL each launch costs tens of microseconds, more than converting a small array). Slot k
+ * converts src_k[so_k + i] into dst_k[do_k + i] for its n_k elements, in two launches for all
+ * slots together: the *8 kernels, 8 consecutive elements per work-item (global size the largest
+ * n_k / 8; slot k's work-items beyond n8_k do nothing for it), then the *1 kernels, one element
+ * per work-item, for each slot's last n_k % 8 from element first_k (global size the largest
+ * n_k % 8; skipped when every n_k is a multiple of 8). No kernel has a loop: a tail loop inside
+ * the 8-wide kernel made Intel's CPU compiler 20x slower, and PoCL does not vectorise across
+ * work-items. Offsets are in elements; an unused slot has n = 0.
  */
 #include "common.h"
 
@@ -15,33 +19,36 @@
 #error "storage.cl converts 16-bit storage: compile it with PYRNN_DTYPE 3 or 4"
 #endif
 
-/* dst[i] = (float)src[src_off + i] */
-__kernel void pyrnn_widen8(__global const storage *src, const long src_off, __global float *dst)
-{
-    const size_t i = get_global_id(0);
-    vstore8(STORAGE_LOAD8(i, src + src_off), i, dst);
+#define CONVERT_SLOTS 4   /* (pyrnn_cl._arrays.CONVERT_SLOTS) */
+
+#define WIDEN8(i, s, d) vstore8(STORAGE_LOAD8((i), (s)), (i), (d))
+#define WIDEN1(i, s, d) ((d)[i] = STORAGE_LOAD((i), (s)))
+#define NARROW8(i, s, d) STORAGE_STORE8(vload8((i), (s)), (i), (d))
+#define NARROW1(i, s, d) STORAGE_STORE((s)[i], (i), (d))
+
+#define SLOT8(ST, DT, k) __global const ST *s##k, const long so##k, __global DT *d##k, \
+                         const long do##k, const long n8_##k
+#define SLOT1(ST, DT, k) __global const ST *s##k, const long so##k, __global DT *d##k, \
+                         const long do##k, const long first##k, const long n1_##k
+#define DO8(CONV, k) if (i < n8_##k) CONV(i, s##k + so##k, d##k + do##k)
+#define DO1(CONV, k) if (i < n1_##k) CONV(first##k + i, s##k + so##k, d##k + do##k)
+
+#define CONVERT_KERNELS(NAME, ST, DT, CONV8, CONV1)                                             \
+__kernel void NAME##8(SLOT8(ST, DT, 0), SLOT8(ST, DT, 1), SLOT8(ST, DT, 2), SLOT8(ST, DT, 3)) \
+{                                                                                              \
+    const long i = get_global_id(0);                                                           \
+    DO8(CONV8, 0); DO8(CONV8, 1); DO8(CONV8, 2); DO8(CONV8, 3);                                \
+}                                                                                              \
+__kernel void NAME##1(SLOT1(ST, DT, 0), SLOT1(ST, DT, 1), SLOT1(ST, DT, 2), SLOT1(ST, DT, 3)) \
+{                                                                                              \
+    const long i = get_global_id(0);                                                           \
+    DO1(CONV1, 0); DO1(CONV1, 1); DO1(CONV1, 2); DO1(CONV1, 3);                                \
 }
 
-__kernel void pyrnn_widen1(__global const storage *src, const long src_off, __global float *dst,
-                           const long first)
-{
-    const long i = first + (long)get_global_id(0);
-    dst[i] = STORAGE_LOAD(i, src + src_off);
-}
-
-/* dst[dst_off + i] = src[i] rounded to the storage type */
-__kernel void pyrnn_narrow8(__global const float *src, __global storage *dst, const long dst_off)
-{
-    const size_t i = get_global_id(0);
-    STORAGE_STORE8(vload8(i, src), i, dst + dst_off);
-}
-
-__kernel void pyrnn_narrow1(__global const float *src, __global storage *dst, const long dst_off,
-                            const long first)
-{
-    const long i = first + (long)get_global_id(0);
-    STORAGE_STORE(src[i], i, dst + dst_off);
-}
+/* pyrnn_widen8, pyrnn_widen1: float32 from storage; pyrnn_narrow8, pyrnn_narrow1: storage from
+ * float32, rounded to nearest even */
+CONVERT_KERNELS(pyrnn_widen, storage, float, WIDEN8, WIDEN1)
+CONVERT_KERNELS(pyrnn_narrow, float, storage, NARROW8, NARROW1)
 
 /* dst[r * n + i] = (float)src[src_off + r * src_stride + i]: `runs` runs of n elements each,
  * src_stride apart in the source (e.g. one bias per direction of a cuDNN params buffer).
