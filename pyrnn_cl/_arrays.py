@@ -58,6 +58,49 @@ _FAST_ARRAY = True
 _POOLS: weakref.WeakKeyDictionary[Device, cl_tools.MemoryPool] = weakref.WeakKeyDictionary()
 
 
+def shares_host_memory(device) -> bool:
+    """Whether ``device``'s memory is the host's (``VendorProfile.shares_host_memory``: PoCL's
+    CPU devices): a ``USE_HOST_PTR`` buffer then wraps host memory without a copy, and a map
+    reads a result without one."""
+    return device.info.type in device.profile.shares_host_memory
+
+
+def wrap_host(queue, a: np.ndarray) -> cla.Array:
+    """A read-only ``USE_HOST_PTR`` device array over the contiguous host array ``a`` (no copy,
+    no queue command; the buffer holds ``a`` alive). Only where :func:`shares_host_memory`, for
+    values that kernels only read, in calls that wait for those kernels before ``a`` may
+    change (the caller's own memory)."""
+    flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
+    return cla.Array(queue, a.shape, a.dtype,
+                     data=cl.Buffer(queue.context, flags, hostbuf=a))
+
+
+def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
+    """Host arrays of regions of device arrays, ``reads`` = ``(array, element offset, shape)``
+    each: every read enqueued, then one wait.
+
+    With ``in_place`` (the device's memory is the host's, :func:`shares_host_memory`) an array
+    that owns its buffer (a result of the op, not pooled memory that a later call reuses) is
+    mapped instead of copied: the host array is the device memory itself, and the buffer is
+    released with it. Nothing writes to those buffers once the op has returned them."""
+    outs = []
+    for a, off, shape in reads:
+        if not int(np.prod(shape)):
+            host = np.zeros(shape, a.dtype)
+        elif in_place and a.allocator is None:
+            host, _ = cl.enqueue_map_buffer(
+                queue, a.base_data,
+                cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
+                a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
+        else:
+            host = np.empty(shape, a.dtype)
+            cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
+                            is_blocking=False)
+        outs.append(host)
+    queue.finish()
+    return outs
+
+
 def _upload(queue, a: np.ndarray, dtype) -> cla.Array:
     """``a`` as a new device array of ``dtype``. The copy is enqueued without waiting when it
     reads a private converted copy of ``a``; from the caller's own memory it waits (the caller
@@ -392,6 +435,8 @@ class Call:
         self.storage = dtype
         self.dtype = self.device.check_dtype(compute_dtype(dtype))
         self.queue = self.device.queue
+        #: the caller's host arrays read in place (:meth:`stored`), held until the call ends
+        self._in_place: list[cla.Array] = []
         # device arrays are checked here, before any argument is copied or any kernel runs
         for name, a in arrays.items():
             if isinstance(a, cla.Array):
@@ -405,6 +450,15 @@ class Call:
         if not a.flags.c_contiguous:
             raise ValueError(f"{name}: the device array is not contiguous (shape "
                              f"{list(a.shape)}, strides {a.strides}); pass a contiguous array")
+
+    def __del__(self):
+        # kernels may still read the caller's memory wrapped in place when a call ends by an
+        # exception: wait for them before that memory can change or be freed
+        if getattr(self, "_in_place", None):
+            try:
+                self.queue.finish()
+            except Exception:  # noqa: BLE001 - (interpreter shutdown, a lost device)
+                pass
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -468,12 +522,23 @@ class Call:
 
     def stored(self, name, a, shape=None):
         """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
-        array is uploaded as it is and not widened. For arguments that only kernels reading
-        16-bit storage themselves consume (the recurrence's weight packs, ``cl/pack.cl``)."""
-        if a is None or not self.converts:
-            return self.dev(name, a, shape)
-        if shape is not None:
+        array is uploaded as it is and not widened, and a NumPy array of a call with NumPy
+        results on a device sharing the host's memory is read in place (:func:`wrap_host`).
+        For arguments that kernels only read, and read in their storage dtype themselves (the
+        weights: the recurrence's packs, ``cl/pack.cl``, and the GEMMs)."""
+        if a is not None and shape is not None:
             check_shape(name, a, shape)
+        if (isinstance(a, np.ndarray) and a.size and self.numpy_out
+                and a.dtype == self.storage and a.flags.c_contiguous
+                and shares_host_memory(self.device)):
+            # NumPy in and out on a device sharing the host's memory: read where it lies (the
+            # call reads its results back before it returns, so its kernels are done by then;
+            # a call that raises first waits for them when it is dropped: __del__)
+            wrapped = wrap_host(self.queue, a)
+            self._in_place.append(wrapped)
+            return wrapped
+        if a is None or not self.converts:
+            return self.dev(name, a)
         if isinstance(a, cla.Array):
             self._check_device_array(name, a)
             return a
@@ -528,7 +593,7 @@ class Call:
             for i, a in zip(wide, narrow_many(self.device, [arrays[i] for i in wide],
                                               self.storage)):
                 arrays[i] = a
-        if self.numpy_out:
-            return [a.get(queue=self.queue) if a.size else np.zeros(a.shape, self.storage)
-                    for a in arrays]
+        if self.numpy_out:     # (mapped where the device's memory is the host's: no copy)
+            return read_host(self.queue, [(a, 0, a.shape) for a in arrays],
+                             shares_host_memory(self.device))
         return arrays

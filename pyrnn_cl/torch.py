@@ -117,7 +117,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 try:
@@ -130,7 +129,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from . import cudnn as _cudnn
 from . import sources as _sources
-from ._arrays import temporary
+from ._arrays import read_host, shares_host_memory, temporary, wrap_host
 from ._types import DeviceArg
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError
@@ -226,10 +225,6 @@ def _tensor(a: np.ndarray) -> Tensor:
     return torch.from_numpy(a)
 
 
-def _shares_host_memory(dev) -> bool:
-    return dev.info.type in dev.profile.shares_host_memory
-
-
 def _upload(dev, t: Optional[Tensor]):
     """``t`` on the device. Where the device's memory is the host's
     (``VendorProfile.shares_host_memory``), a read-only ``USE_HOST_PTR`` buffer over ``t``'s
@@ -243,12 +238,10 @@ def _upload(dev, t: Optional[Tensor]):
     a = _numpy(t)
     if a.size == 0:
         return cla.empty(dev.queue, a.shape, a.dtype)
-    if _shares_host_memory(dev):
+    if shares_host_memory(dev):
         # (the caller keeps the array until the commands that read it have finished: pyopencl
         # holds ``a`` only as long as the buffer object lives, not until the device is done)
-        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
-        return cla.Array(dev.queue, a.shape, a.dtype,
-                         data=cl.Buffer(dev.queue.context, flags, hostbuf=a))
+        return wrap_host(dev.queue, a)
     out = temporary(dev, a.shape, a.dtype)
     out.set(a, async_=True)
     return out
@@ -276,30 +269,9 @@ def _zeros_on(dev, dkey, t: Tensor):
 
 def _read(dev, reads) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
-    shape)`` each: every read enqueued, then one wait.
-
-    Where the device's memory is the host's (``VendorProfile.shares_host_memory``), an array that
-    owns its buffer (a result of the op, not pooled memory that a later call reuses) is mapped
-    instead: the tensor is the device memory itself, no copy, and the buffer is released with
-    the tensor. Nothing writes to those buffers once the op has returned them."""
-    queue = dev.queue
-    in_place = _shares_host_memory(dev)
-    outs = []
-    for a, off, shape in reads:
-        if not int(np.prod(shape)):
-            host = np.empty(shape, a.dtype)
-        elif in_place and a.allocator is None:
-            host, _ = cl.enqueue_map_buffer(
-                queue, a.base_data,
-                cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
-                a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
-        else:
-            host = np.empty(shape, a.dtype)
-            cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
-                            is_blocking=False)
-        outs.append(_tensor(host))
-    queue.finish()
-    return outs
+    shape)`` each (:func:`pyrnn_cl._arrays.read_host`: results mapped, not copied, where the
+    device's memory is the host's)."""
+    return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev))]
 
 
 class _ParamsEntry:
@@ -409,7 +381,7 @@ def _in_place_params(dev, slots, size, params):
     (:meth:`_CLRNNMixin.flatten_parameters`), wrapped in place by :func:`_upload` per call
     (about 12 us: the call's state holds it, so it outlives the commands reading it; a cached
     one would keep the module's memory alive); ``None`` when they are not such views."""
-    if not _shares_host_memory(dev):
+    if not shares_host_memory(dev):
         return None
     storage = _flat_view(slots, size, params)
     if storage is None:

@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch")
 rt = pytest.importorskip("pyrnn_cl.torch")
 from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
 
+from pyrnn_cl._arrays import shares_host_memory  # noqa: E402
+
 pytestmark = [pytest.mark.torch, pytest.mark.fp64]
 
 T, N, I, H = 4, 3, 5, 3
@@ -233,7 +235,7 @@ def test_params_read_in_place(device, eager, monkeypatch):
     lay_size = rt._slots("gru", 2, I, H, 1, 0, True)[0].size
     storages = {p.untyped_storage().data_ptr() for p in ours.parameters()}
     assert len(storages) == 1 and ours.weight_ih_l0.untyped_storage().nbytes() == lay_size * 8
-    if not rt._shares_host_memory(device):
+    if not shares_host_memory(device):
         pytest.skip(f"{device.info.name}: memory not shared with the host")
     if not eager:
         monkeypatch.setattr(rt, "_eager", lambda tensors: False)
@@ -340,7 +342,7 @@ def test_to_dtype_state_dict_and_flatten(device, tmp_path):
     assert len({p.untyped_storage().data_ptr() for p in fresh.parameters()}) == 1
     with torch.no_grad():
         assert torch.equal(fresh(x)[0], before)
-    assert rt.STATS["params_uploads"] == uploads + (not rt._shares_host_memory(device))
+    assert rt.STATS["params_uploads"] == uploads + (not shares_host_memory(device))
 
 
 @pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])

@@ -1,0 +1,103 @@
+"""NumPy in, NumPy out on a device whose memory is the host's (PoCL's CPU devices,
+``VendorProfile.shares_host_memory``): the weights are read where they lie (no upload) and the
+results are mapped (no read-back copy). Held against the same calls on device arrays, which
+take neither shortcut, and against what a user may do with the arrays afterwards."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import pyrnn_cl as rc
+from pyrnn_cl import _arrays
+from pyrnn_cl._arrays import Call, shares_host_memory
+
+
+@pytest.fixture
+def shared(device):
+    if not shares_host_memory(device):
+        pytest.skip(f"{device.info.name}: memory not shared with the host")
+    return device
+
+
+def _lstm_inputs(seed=0, T=7, N=3, I=5, H=11):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((T, N, I)).astype(np.float32),
+            "R": (0.3 * rng.standard_normal((4 * H, H))).astype(np.float32),
+            "W": (0.3 * rng.standard_normal((4 * H, I))).astype(np.float32),
+            "b": (0.1 * rng.standard_normal(4 * H)).astype(np.float32)}
+
+
+def _on_device(device, d):
+    return {k: cla.to_device(device.queue, v) for k, v in d.items()}
+
+
+def test_numpy_results_mapped_and_equal(shared):
+    """Forward and gradients with NumPy arrays give the device-array path's values exactly;
+    the results are the device's memory mapped (their base is a pyopencl MemoryMap), writable,
+    and stay valid after the buffers' other references are gone."""
+    d = _lstm_inputs()
+    desc = rc.LSTMDescriptor(training=True)
+    outs = rc.lstm(d["x"], d["R"], d["W"], d["b"], descriptor=desc, device=shared)
+    dd = _on_device(shared, d)
+    want = [a.get() for a in rc.lstm(dd["x"], dd["R"], dd["W"], dd["b"], descriptor=desc)]
+    for got, ref in zip(outs, want):
+        assert type(got.base).__name__ == "MemoryMap"
+        np.testing.assert_array_equal(got, ref)
+    gc.collect()
+    for got, ref in zip(outs, want):
+        np.testing.assert_array_equal(got, ref)
+    outs[0][...] = 0            # the caller's to change
+    h, c, z = rc.lstm(d["x"], d["R"], d["W"], d["b"], descriptor=desc, device=shared)
+    np.testing.assert_array_equal(h, want[0])
+    dy = np.ones_like(h)
+    grads = rc.lstm_gradients(d["x"], d["R"], dy, z, c, d["W"], d["b"], device=shared)
+    dgrads = rc.lstm_gradients(dd["x"], dd["R"], cla.to_device(shared.queue, dy),
+                               cla.to_device(shared.queue, z), cla.to_device(shared.queue, c),
+                               dd["W"], dd["b"])
+    for got, ref in zip(grads, dgrads):
+        np.testing.assert_array_equal(got, ref.get())
+
+
+def test_weights_read_in_place_only_during_the_call(shared):
+    """A result never changes when the caller later edits the weight arrays the call read in
+    place, and the next call sees the edit; the cuDNN dialect's params likewise."""
+    d = _lstm_inputs(1)
+    y1 = rc.lstm(d["x"], d["R"], d["W"], d["b"], device=shared)[0]
+    keep = y1.copy()
+    d["R"] *= -1.5
+    d["W"][:] = 0
+    y2 = rc.lstm(d["x"], d["R"], d["W"], d["b"], device=shared)[0]
+    np.testing.assert_array_equal(y1, keep)
+    assert not np.allclose(y2, keep)
+    np.testing.assert_array_equal(y2, rc.lstm(*[cla.to_device(shared.queue, d[k])
+                                                for k in "xRWb"])[0].get())
+    L, H, I = 1, 11, 5
+    params = np.random.default_rng(2).uniform(
+        -0.3, 0.3, rc.cudnn_rnn_params_size(L, H, I, rnn_mode="gru")).astype(np.float32)
+    h0 = np.zeros((1, 3, H), np.float32)
+    out1 = rc.cudnn_rnn(d["x"], h0, None, params, rnn_mode="gru", device=shared)[0]
+    keep = out1.copy()
+    params[:] = 0
+    out2 = rc.cudnn_rnn(d["x"], h0, None, params, rnn_mode="gru", device=shared)[0]
+    np.testing.assert_array_equal(out1, keep)
+    np.testing.assert_array_equal(out2, np.zeros_like(out2))    # zero weights and biases
+
+
+def test_a_call_holds_what_it_reads_in_place(shared, monkeypatch):
+    """The host arrays a call wraps are held by the call, and dropping a call (as an exception
+    does) waits for its kernels first: they must not read memory the caller then frees."""
+    a = np.ones((4, 4), np.float32)
+    call = Call({"x": a}, shared)
+    wrapped = call.stored("x", a)
+    assert call._in_place == [wrapped] and wrapped.base_data.hostbuf is not None
+    finished = []
+    monkeypatch.setattr(_arrays.Call, "__del__",
+                        lambda self, original=_arrays.Call.__del__: (finished.append(1),
+                                                                    original(self)))
+    del call
+    gc.collect()
+    assert finished
