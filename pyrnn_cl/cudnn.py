@@ -35,6 +35,7 @@ every device, no state between calls, regenerated in backprop.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -364,11 +365,30 @@ class _Net:
         return out, None
 
     def layer_state(self, full, l, width):
-        """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state."""
+        """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state, to
+        read: the same memory where the device can address it (:meth:`state_part`), else a
+        copy."""
+        part = self.state_part(full, l, width)
+        if part is not None:
+            return part
         out = self.call.empty((self.D, self.N, width))
         _copy(self.q, out, 0, full, self.lay.state_offset(l, self.N, width),
               self.D * self.N * width)
         return out
+
+    def state_part(self, full, l, width):
+        """Layer ``l``'s slice of ``full`` as a view on a sub-buffer (no copy, no queue
+        command), or None where the device cannot address it so."""
+        return sub_array(self.dev, full, self.lay.state_offset(l, self.N, width),
+                         (self.D, self.N, width))
+
+    def out_state(self, full, l, width):
+        """``(array, in_place)``: where layer ``l`` writes its slice of the state ``full``: the
+        slice itself, or (``in_place`` False) a new array for :meth:`put_state`."""
+        part = self.state_part(full, l, width)
+        if part is not None:
+            return part, True
+        return self.call.empty((self.D, self.N, width)), False
 
     def put_state(self, full, l, part, width):
         _copy(self.q, full, self.lay.state_offset(l, self.N, width), part, 0,
@@ -511,13 +531,15 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
                                        c0=net.view(c0, H) if net.lstm else None, hb=hb,
                                        lens=net.lens, w_proj=wp)
             fwd = rec.forward(gx, layer, into=views[l])
-            hn = call.empty((D, N, K))
+            hn, in_place = net.out_state(out_h, l, K)
             rec.final_state(fwd.y, K, net.view(h0, K), net.view(hn, K), net.lens)
-            net.put_state(out_h, l, hn, K)
+            if not in_place:
+                net.put_state(out_h, l, hn, K)
             if net.lstm:
-                cn = call.empty((D, N, H))
+                cn, in_place = net.out_state(out_c, l, H)
                 rec.final_state(fwd.cs, H, net.view(c0, H), net.view(cn, H), net.lens)
-                net.put_state(out_c, l, cn, H)
+                if not in_place:
+                    net.put_state(out_c, l, cn, H)
             written = Reserve(sav=fwd.sav, y=fwd.y, cs=fwd.cs, hs=fwd.hs, xd=x)
             for name, (off, size) in parts[l].items():     # parts the device cannot address
                 if getattr(views[l], name) is None:
@@ -529,8 +551,11 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
             y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
-        host = (cla.to_device(net.q, host, async_=True) if host.size     # our own array
+        values = host
+        host = (cla.to_device(net.q, values, async_=True) if values.size     # our own array
                 else cla.empty(net.q, (0,), np.int8))
+        if values.size:
+            _remember_signature(host, values)
     return (*call.outs(net.seq_out(y, D * K), (out_h, None), (out_c, None), (reserve, None)),
             host)
 
@@ -546,6 +571,28 @@ def _zero_gaps(queue, reserve, parts):
         pos = off + size
 
 
+#: The values of the device ``host_reserved`` arrays this module made, by ``id`` while the
+#: array lives (pyopencl arrays are not hashable), so that a backprop checks them without
+#: reading them back: a blocking read there would hold the host until the forward had finished
+#: instead of letting it enqueue the backward meanwhile.
+_SIGNATURES: dict[int, tuple[weakref.ref, bytes]] = {}
+
+
+def _remember_signature(array, values) -> None:
+    key = id(array)
+
+    def forget(_ref, key=key):
+        _SIGNATURES.pop(key, None)
+
+    _SIGNATURES[key] = (weakref.ref(array, forget), values.tobytes())
+
+
+def _known_signature(array):
+    """The values :func:`_remember_signature` kept for ``array`` (None: not one of ours)."""
+    entry = _SIGNATURES.get(id(array))
+    return entry[1] if entry is not None and entry[0]() is array else None
+
+
 def _check_host_reserved(net, host_reserved, reserve_space):
     """ValueError unless ``host_reserved``/``reserve_space`` come from a matching training
     forward."""
@@ -557,7 +604,12 @@ def _check_host_reserved(net, host_reserved, reserve_space):
     if not is_array(host_reserved):
         raise TypeError(f"host_reserved: expected an int8 numpy.ndarray or pyopencl.array.Array, "
                         f"got {type(host_reserved).__name__}")
-    host = host_reserved.get() if isinstance(host_reserved, cla.Array) else host_reserved
+    if isinstance(host_reserved, cla.Array):
+        known = _known_signature(host_reserved)
+        host = (np.frombuffer(known, np.int8) if known is not None
+                else host_reserved.get())
+    else:
+        host = host_reserved
     host = np.asarray(host)
     if host.dtype.kind not in "iu":
         raise TypeError(f"host_reserved: got dtype {host.dtype}, expected int8")
@@ -666,8 +718,8 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
             net.apply_dropout(dy, l, dst=dy)       # the gradient through layer l's dropout
         h0 = net.layer_state(h0_all, l, K)
         c0 = net.layer_state(c0_all, l, H) if net.lstm else None
-        dh0 = call.empty((D, N, K))
-        dc0 = call.empty((D, N, H)) if net.lstm else None
+        dh0, dh0_in_place = net.out_state(dh0_all, l, K)
+        dc0, dc0_in_place = net.out_state(dc0_all, l, H) if net.lstm else (None, True)
         dhn = net.layer_state(dhn_all, l, K) if dhn_all is not None else None
         dcn = net.layer_state(dcn_all, l, H) if dcn_all is not None else None
         # every gradient straight into its place in dparams (pseudo-layers `stride` apart);
@@ -691,8 +743,9 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
             dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None,
             inputs=side)
         rec.backward(fwd, layer, upstream, targets)
-        net.put_state(dh0_all, l, dh0, K)
-        if net.lstm:
+        if not dh0_in_place:
+            net.put_state(dh0_all, l, dh0, K)
+        if not dc0_in_place:
             net.put_state(dc0_all, l, dc0, H)
         dy = dx
     return tuple(call.outs(net.seq_out(dy, net.I), (dh0_all, None), (dc0_all, None),

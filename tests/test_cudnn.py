@@ -555,6 +555,32 @@ def test_device_arrays(device):
     np.testing.assert_array_equal(back.get(), params)
 
 
+def test_device_host_reserved_checked_without_a_read(device, monkeypatch):
+    """A backprop given the device ``host_reserved`` its forward made checks it from the values
+    kept at the forward, without reading it back (a blocking read would stall the host until
+    the forward ends); a device array of other values is read and refused, and one of ours
+    from a forward with another seed is refused from its kept values."""
+    x, h0, c0, params, kw = problem("gru", 2, 1, seed=19)
+    kw = dict(kw, dropout=0.5, seed=3)
+    x, h0, params = (cla.to_device(device.queue, a) for a in cast(np.float32, x, h0, params))
+    out = rc.cudnn_rnn(x, h0, None, params, **kw)
+    reads = []
+    real_get = cla.Array.get
+    monkeypatch.setattr(cla.Array, "get", lambda self, *a, **k: (reads.append(self.dtype),
+                                                                 real_get(self, *a, **k))[1])
+    rc.cudnn_rnn_backprop(x, h0, None, params, None, *out[:3], *out[:2], None, *out[3:], **kw)
+    assert np.dtype(np.int8) not in reads
+    foreign = cla.to_device(device.queue, np.zeros(out[4].shape, np.int8))
+    with pytest.raises(ValueError, match="host_reserved: does not match"):
+        rc.cudnn_rnn_backprop(x, h0, None, params, None, *out[:3], *out[:2], None, out[3],
+                              foreign, **kw)
+    assert np.dtype(np.int8) in reads
+    other = rc.cudnn_rnn(x, h0, None, params, **dict(kw, seed=7))[4]
+    with pytest.raises(ValueError, match="host_reserved: does not match"):
+        rc.cudnn_rnn_backprop(x, h0, None, params, None, *out[:3], *out[:2], None, out[3],
+                              other, **kw)
+
+
 def test_inputs_not_modified(device):
     needs_fp64(device)
     x, h0, c0, params, kw = problem("lstm", 2, 2, seed=16)
