@@ -37,18 +37,35 @@
 #endif
 typedef PYRNN_REAL real;
 
+#define PYRNN_CAT_(a, b) a##b
+#define PYRNN_CAT(a, b) PYRNN_CAT_(a, b)
+
+/* Reading 16-bit storage into float, whatever PYRNN_DTYPE is (the kernels that read 16-bit
+ * weights as stored: pack.cl, gemm.cl's GEMM_QS), by storage code c (3 float16, 4 bfloat16):
+ * PYRNN_S16_T(c) the container, PYRNN_S16_LOAD(c, i, p) element i of p as a float,
+ * PYRNN_S16_LOADN(c, n, p) the n (2, 4, 8, 16) elements from p as a floatn. bfloat16 is the top
+ * half of a float: its bits shifted back. */
+#define PYRNN_S16_CAT_(a, b) a##b
+#define PYRNN_S16_CAT(a, b) PYRNN_S16_CAT_(a, b)
+#define PYRNN_S16_T_3 half
+#define PYRNN_S16_T_4 ushort
+#define PYRNN_S16_LOAD_3(i, p) vload_half((i), (p))
+#define PYRNN_S16_LOAD_4(i, p) as_float(((uint)(p)[i]) << 16)
+#define PYRNN_S16_LOADN_3(n, p) PYRNN_CAT(vload_half, n)(0, (p))
+#define PYRNN_S16_LOADN_4(n, p) \
+    PYRNN_CAT(as_float, n)(PYRNN_CAT(convert_uint, n)(PYRNN_CAT(vload, n)(0, (p))) << 16)
+#define PYRNN_S16_T(c) PYRNN_S16_CAT(PYRNN_S16_T_, c)
+#define PYRNN_S16_LOAD(c, i, p) PYRNN_S16_CAT(PYRNN_S16_LOAD_, c)(i, p)
+#define PYRNN_S16_LOADN(c, n, p) PYRNN_S16_CAT(PYRNN_S16_LOADN_, c)(n, p)
+
 #if PYRNN_DTYPE == 3
 typedef half storage;
-#define STORAGE_LOAD(i, p) vload_half((i), (p))
+#define STORAGE_LOAD(i, p) PYRNN_S16_LOAD(3, i, p)
 #define STORAGE_STORE(v, i, p) vstore_half_rte((v), (i), (p))
-#define STORAGE_LOAD8(i, p) vload_half8((i), (p))
+#define STORAGE_LOAD8(i, p) PYRNN_S16_LOADN(3, 8, (p) + 8 * (i))
 #define STORAGE_STORE8(v, i, p) vstore_half8_rte((v), (i), (p))
 #elif PYRNN_DTYPE == 4
 typedef ushort storage;
-
-/* float of the bfloat16 bits b: they are the float's top half */
-PYRNN_FUNC float bf16_to_float(ushort b) { return as_float(((uint)b) << 16); }
-PYRNN_FUNC float8 bf16_to_float8(ushort8 b) { return as_float8(convert_uint8(b) << 16); }
 
 /* bfloat16 bits of x, rounded to nearest even: add 0x7fff plus the lowest kept bit, truncate.
  * Infinities stay infinite, finite values past the largest bfloat16 round to infinity; a NaN
@@ -66,14 +83,12 @@ PYRNN_FUNC ushort8 float_to_bf16_8(float8 x)
     const uint8 rounded = (u + (uint8)(0x7fffu) + ((u >> 16) & (uint8)(1u))) >> 16;
     return convert_ushort8(select(rounded, (u >> 16) | (uint8)(0x40u), isnan(x)));
 }
-#define STORAGE_LOAD(i, p) bf16_to_float((p)[i])
+#define STORAGE_LOAD(i, p) PYRNN_S16_LOAD(4, i, p)
 #define STORAGE_STORE(v, i, p) ((p)[i] = float_to_bf16(v))
-#define STORAGE_LOAD8(i, p) bf16_to_float8(vload8((i), (p)))
+#define STORAGE_LOAD8(i, p) PYRNN_S16_LOADN(4, 8, (p) + 8 * (i))
 #define STORAGE_STORE8(v, i, p) vstore8(float_to_bf16_8(v), (i), (p))
 #endif
 
-#define PYRNN_CAT_(a, b) a##b
-#define PYRNN_CAT(a, b) PYRNN_CAT_(a, b)
 
 #if REC_VW == 1
 typedef real realV;

@@ -108,15 +108,10 @@
 #ifndef GEMM_QS
 #define GEMM_QS 0
 #endif
-#if GEMM_QS == 3
-#define GEMM_QT half
-#define GEMM_QLOAD1(p, i) vload_half((i), (p))
-#define GEMM_QLOADN(n, p) GEMM_CAT(vload_half, n)(0, (p))
-#elif GEMM_QS == 4
-#define GEMM_QT ushort
-#define GEMM_QLOAD1(p, i) as_float(((uint)(p)[i]) << 16)
-#define GEMM_QLOADN(n, p) \
-  GEMM_CAT(as_float, n)(GEMM_CAT(convert_uint, n)(GEMM_CAT(vload, n)(0, (p))) << 16)
+#if GEMM_QS == 3 || GEMM_QS == 4
+#define GEMM_QT PYRNN_S16_T(GEMM_QS)
+#define GEMM_QLOAD1(p, i) PYRNN_S16_LOAD(GEMM_QS, i, p)
+#define GEMM_QLOADN(n, p) PYRNN_S16_LOADN(GEMM_QS, n, p)
 #elif GEMM_QS == 0
 #define GEMM_QT GEMM_T
 #define GEMM_QLOAD1(p, i) ((p)[i])

@@ -20,19 +20,10 @@
 
 #if PYRNN_DTYPE == 3 || PYRNN_DTYPE == 4
 typedef storage src_t;
-#if PYRNN_DTYPE == 3
 #if REC_VW == 1
-#define LOAD_SRCV(p) vload_half(0, (p))
+#define LOAD_SRCV(p) PYRNN_S16_LOAD(PYRNN_DTYPE, 0, p)
 #else
-#define LOAD_SRCV(p) PYRNN_CAT(vload_half, REC_VW)(0, (p))
-#endif
-#else
-#if REC_VW == 1
-#define LOAD_SRCV(p) bf16_to_float(*(p))
-#else
-#define LOAD_SRCV(p) \
-    PYRNN_CAT(as_float, REC_VW)(PYRNN_CAT(convert_uint, REC_VW)(PYRNN_CAT(vload, REC_VW)(0, (p))) << 16)
-#endif
+#define LOAD_SRCV(p) PYRNN_S16_LOADN(PYRNN_DTYPE, REC_VW, p)
 #endif
 #else
 typedef real src_t;
