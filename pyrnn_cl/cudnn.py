@@ -673,8 +673,10 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
         rec.check_backward_memory()
 
     dparams = call.zeros((lay.size,))
-    dh0_all = call.zeros((L * D, N, K))
-    dc0_all = call.zeros((L * D, N, H)) if net.lstm else call.empty((0,))
+    # every layer writes all of its initial-state gradients (no zero fill but for an empty run)
+    fresh = call.zeros if net.empty_run else call.empty
+    dh0_all = fresh((L * D, N, K))
+    dc0_all = fresh((L * D, N, H)) if net.lstm else call.empty((0,))
     if net.empty_run:
         dhn_all, dcn_all = call.devs(
             ("output_h_backprop", output_h_backprop),

@@ -581,6 +581,28 @@ def test_device_host_reserved_checked_without_a_read(device, monkeypatch):
                               other, **kw)
 
 
+@pytest.mark.parametrize("mode,L,D,P", [("lstm", 2, 2, 0), ("gru", 2, 1, 0),
+                                         ("lstm", 1, 2, 3), ("rnn_tanh", 3, 1, 0)])
+def test_every_result_element_written(device, monkeypatch, mode, L, D, P):
+    """Results and their parts are made without zero fills where the layers write them whole
+    (the initial-state gradients): with every new array of an op poisoned with NaN, forward and
+    backprop give exactly the numbers of a normal run (lengths, every upstream gradient)."""
+    x, h0, c0, params, kw = problem(mode, L, D, P, seed=23)
+    lens = np.array([T_, 1, T_ - 2, 3, T_][:N_])
+    up = upstream([(T_, N_, D * (P or H_)), (L * D, N_, P or H_),
+                   (L * D, N_, H_) if mode == "lstm" else None], ())
+    want = fwd_bwd(device, x, h0, c0, params, lens, up, kw, np.float32)
+    real_empty = rc._arrays.Call.empty
+
+    def poisoned(self, shape):
+        return rc._arrays.fill(real_empty(self, shape), np.nan)
+
+    monkeypatch.setattr(rc._arrays.Call, "empty", poisoned)
+    got = fwd_bwd(device, x, h0, c0, params, lens, up, kw, np.float32)
+    for g, w in zip(got[0][:4] + got[1], want[0][:4] + want[1]):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_inputs_not_modified(device):
     needs_fp64(device)
     x, h0, c0, params, kw = problem("lstm", 2, 2, seed=16)
