@@ -16,6 +16,7 @@ is in the call's storage dtype.
 
 from __future__ import annotations
 
+import math
 import numbers
 import weakref
 
@@ -30,12 +31,14 @@ from .programs import enqueue, get_program, set_args
 from .sources import STORAGE_DTYPES, compute_dtype, dtype_code, storage_names
 
 
-def empty(queue, shape, dtype, allocator=None) -> cla.Array:
-    """A new contiguous, zero-offset ``pyopencl.array.Array`` (what ``cla.empty`` returns).
+def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
+    """A new contiguous, zero-offset ``pyopencl.array.Array`` (what ``cla.empty`` returns), or
+    with ``data`` (a buffer) one over that memory.
 
     Built through pyopencl's fast constructor path (the one its own ``reshape`` and slicing
     take): ~3 us of host time instead of ~18 us, which adds up over the thirty-odd buffers of a
-    training step. Falls back to ``cla.empty`` on a pyopencl without that path."""
+    training step. Falls back to ``cla.empty`` / ``cla.Array`` on a pyopencl without that
+    path."""
     global _FAST_ARRAY
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
@@ -46,11 +49,14 @@ def empty(queue, shape, dtype, allocator=None) -> cla.Array:
             step *= max(1, s)
             size *= s
         try:
-            data = allocator(size * dtype.itemsize) if allocator and size else None
+            if data is None and allocator and size:
+                data = allocator(size * dtype.itemsize)
             return cla.Array(None, shape, dtype, strides=tuple(reversed(strides)), _fast=True,
                              _size=size, _context=queue.context, _queue=queue, data=data)
         except TypeError:
             _FAST_ARRAY = False
+    if data is not None:
+        return cla.Array(queue, shape, dtype, data=data)
     return cla.empty(queue, shape, dtype, allocator=allocator)
 
 
@@ -71,8 +77,7 @@ def wrap_host(queue, a: np.ndarray) -> cla.Array:
     values that kernels only read, in calls that wait for those kernels before ``a`` may
     change (the caller's own memory)."""
     flags = cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR
-    return cla.Array(queue, a.shape, a.dtype,
-                     data=cl.Buffer(queue.context, flags, hostbuf=a))
+    return empty(queue, a.shape, a.dtype, data=cl.Buffer(queue.context, flags, hostbuf=a))
 
 
 def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
@@ -143,7 +148,7 @@ def sub_array(device, a, offset, shape):
     ``shape`` on an OpenCL sub-buffer (the same memory: writes show in ``a``), or None where
     the device cannot address that start as a sub-buffer (its byte address not a multiple of
     ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies."""
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(int(n) for n in shape)
     start = a.offset + int(offset) * a.dtype.itemsize
     align = max(1, device.cl_device.mem_base_addr_align // 8)
     if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
@@ -152,7 +157,7 @@ def sub_array(device, a, offset, shape):
     if start + nbytes > a.base_data.size:
         raise ValueError(f"sub_array: elements [{offset}, {offset + size}) lie outside an array "
                          f"of {a.size}")
-    return cla.Array(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
+    return empty(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
 
 
 def check_in_order(device) -> None:
@@ -563,7 +568,7 @@ class Call:
 
     def _check_alloc(self, shape):
         check_memory(self.device, f"an array of shape {list(shape)}",
-                     [int(np.prod(shape, dtype=np.float64)) * self.dtype.itemsize])
+                     [math.prod(int(n) for n in shape) * self.dtype.itemsize])
 
     def lengths(self, name, a, n, high):
         """An int32 device array of sequence lengths ``[n]`` with values in ``[0, high]``."""
