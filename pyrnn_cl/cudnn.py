@@ -409,35 +409,46 @@ class _Net:
         return out
 
     def weights(self, params, l):
-        """Engine tensors of layer ``l``: ``R`` and ``w_proj`` (or None) where they lie in
-        ``params`` (:class:`engine.Target`: the packs read them in place, 16-bit params as
-        stored), and the biases gathered: ``hb [D][G·H]``, ``bW [D·G·H]``."""
-        lay, GH = self.lay, self.GH
+        """``(R, w_proj)`` of layer ``l`` as engine tensors (:class:`engine.Target`): where they
+        lie in ``params`` (the packs read them in place, 16-bit params as stored); ``w_proj``
+        None without a projection."""
+        lay = self.lay
         stride = lay.pseudo_size(l)
         R = engine.Target(params, lay.off_r(l, 0), stride)
-        hb = self.gather(params, lay.off_br(l, 0), l, GH).reshape((self.D, GH))
-        bw = self.gather(params, lay.off_bw(l, 0), l, GH)
         wp = engine.Target(params, lay.off_proj(l, 0), stride) if lay.P else None
-        return R, hb, bw, wp
+        return R, wp
 
-    def input_gates(self, params, l, x, bw, gx=None):
+    def hidden_bias(self, params, l):
+        """The hidden-side bias of layer ``l``: where it lies in ``params``
+        (:class:`engine.Target`, direction ``d``'s ``G·H`` values one pseudo-layer apart), or
+        for 16-bit params widened into a ``[D][G·H]`` array."""
+        lay = self.lay
+        if params.dtype == self.dt:
+            return engine.Target(params, lay.off_br(l, 0), lay.pseudo_size(l))
+        return self.gather(params, lay.off_br(l, 0), l, self.GH).reshape((self.D, self.GH))
+
+    def input_gates(self, params, l, x, gx=None):
         r"""``gx [T][N][D][G][H] = x W_l^T + bW`` with both directions' ``W`` read from
-        ``params`` in place (one GEMM per direction); skip_input: x broadcast over the gates.
-        Written into ``gx`` when given (the reserve space's ``sav`` part)."""
+        ``params`` in place (one GEMM per direction), and their ``bW`` too where ``params`` is
+        in the compute dtype (a 16-bit one is widened first); skip_input: x broadcast over the
+        gates. Written into ``gx`` when given (the reserve space's ``sav`` part)."""
         lay, T, N, D, H, GH = self.lay, self.T, self.N, self.D, self.H, self.GH
         rows = T * N
         if gx is None:
             gx = self.call.empty((T, N, D * GH))
-        if lay.has_w(l):
-            n_in = lay.in_size(l)
-            for d in range(D):
-                gemm(self.dev, self.dt, rows, GH, n_in, x, params, gx, trans_b=True,
-                     b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH,
-                     bias=bw, bias_offset=d * GH)
-        else:
+        if not lay.has_w(l):
             engine.copy3(self.dev, self.dt, gx, 0, (D * GH, H, 1), x, 0, (H, 0, 1),
                          (rows, D * self.G, H))
-            engine.add_rows(self.dev, self.dt, gx, rows, D * GH, bw)
+            engine.add_rows(self.dev, self.dt, gx, rows, D * GH,
+                            self.gather(params, lay.off_bw(l, 0), l, GH))
+            return gx
+        in_place = params.dtype == self.dt
+        bw = params if in_place else self.gather(params, lay.off_bw(l, 0), l, GH)
+        n_in = lay.in_size(l)
+        for d in range(D):
+            gemm(self.dev, self.dt, rows, GH, n_in, x, params, gx, trans_b=True,
+                 b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH,
+                 bias=bw, bias_offset=lay.off_bw(l, d) if in_place else d * GH)
         return gx
 
     def recurrence(self):
@@ -523,8 +534,9 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         if net.training:
             _zero_gaps(net.q, reserve, parts)
         for l in range(L):
-            R, hb, bw, wp = net.weights(params_d, l)
-            gx = net.input_gates(params_d, l, x, bw, views[l].sav)
+            R, wp = net.weights(params_d, l)
+            hb = net.hidden_bias(params_d, l)
+            gx = net.input_gates(params_d, l, x, views[l].sav)
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
             layer = engine.LayerInputs(R, net.view(h0, K),
@@ -711,7 +723,9 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
         return out
 
     for l in range(L - 1, -1, -1):
-        R, hb, bw, wp = net.weights(params_d, l)
+        R, wp = net.weights(params_d, l)
+        # the backward reads the hidden-side bias only to rebuild a reset-after GRU's hn
+        hb = net.hidden_bias(params_d, l) if rec.cell.needs_hn else None
         fwd = engine.Saved(**{name: saved(l, name) for name in SAVED_PARTS if name in parts[l]})
         # the layer's input: the source, the layer below's output or, with dropout, that
         # output after dropout as the forward stored it

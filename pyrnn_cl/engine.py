@@ -108,7 +108,7 @@ class LayerInputs:
     R: cla.Array | Target
     h0: StateView
     c0: StateView | None = None
-    hb: cla.Array | None = None
+    hb: cla.Array | Target | None = None
     peep: cla.Array | None = None
     mask: cla.Array | None = None
     lens: cla.Array | None = None
@@ -245,6 +245,21 @@ def _state_args(name: str, view: StateView) -> dict[str, object]:
     """The three kernel arguments of state ``name``: its buffer and ``name_sd``/``name_sn``."""
     a, sd, sn = _state_keys(name)
     return {a: view.array.base_data, sd: _I64(view.sd), sn: _I64(view.sn)}
+
+
+def _bias_args(bias: cla.Array | Target | None, width: int, dummy) -> dict[str, object]:
+    """The kernel arguments ``hb, hb_off, hb_sd`` of a hidden-side bias: direction ``d``'s
+    ``width`` values at element ``hb_off + d * hb_sd`` (a ``[D][width]`` array, or a
+    :class:`Target` where the values lie, e.g. in the cuDNN dialect's params; absent: the
+    dummy, never read)."""
+    if bias is None:
+        return dict(hb=dummy.base_data, hb_off=_I64(0), hb_sd=_I64(0))
+    if isinstance(bias, Target):
+        a = bias.array
+        return dict(hb=a.base_data, hb_off=_I64(a.offset // a.dtype.itemsize + bias.offset),
+                    hb_sd=_I64(bias.stride))
+    return dict(hb=bias.base_data, hb_off=_I64(bias.offset // bias.dtype.itemsize),
+                hb_sd=_I64(width))
 
 
 def _dummy(device, dtype):
@@ -499,7 +514,8 @@ class Recurrence:
             xargs = dict(xs=x.base_data, wpk=wpk.base_data, xb=bias.base_data, I=_I32(I))
         base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
         lens_arg = self._or_dummy(lens)
-        args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
+        args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data,
+                    **_bias_args(hb, G * H, self._dummy),
                     peep=self._or_dummy(layer.peep), y=y.base_data, cs=self._or_dummy(cs),
                     hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
@@ -511,8 +527,9 @@ class Recurrence:
             assert hs is not None       # a two-phase cell's step buffer (or the projection's)
             kernels.append(self._step_kernel(
                 prog, "pyrnn_fwd_b", H,
-                dict(base, gx=gx.base_data, rpk=rpk.base_data, hb=self._or_dummy(hb),
-                     y=y.base_data, hs=hs.base_data, **_state_args("h0", h0), lens=lens_arg)))
+                dict(base, gx=gx.base_data, rpk=rpk.base_data,
+                     **_bias_args(hb, G * H, self._dummy), y=y.base_data, hs=hs.base_data,
+                     **_state_args("h0", h0), lens=lens_arg)))
         if self.P:
             assert hs is not None       # saved with a projection
             wpk = self.pack(layer.w_proj, self.P, H, 1, (0,), name="wpk_proj")
@@ -644,7 +661,8 @@ class Recurrence:
                             **_state_args("dhn", dhn), **_state_args("dh0", dh0))
             bwd = dict(base, K=_I32(K), sav=fwd.sav.base_data, dgx=dgx.base_data,
                        dgh=dgh.base_data, wt=wt.base_data, zrow=zrow.base_data,
-                       rpk=self._or_dummy(rpk), hb=self._or_dummy(hb), peep=self._or_dummy(peep),
+                       rpk=self._or_dummy(rpk), **_bias_args(hb, G * H, self._dummy),
+                       peep=self._or_dummy(peep),
                        y=y.base_data, cs=self._or_dummy(fwd.cs if T else None),
                        dy=self._or_dummy(dr if P else dy), **_state_args("dhn", dhn),
                        **_state_args("dcn", dcn_v), dcs=self._or_dummy(dcs),

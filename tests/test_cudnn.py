@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 
@@ -601,6 +602,39 @@ def test_every_result_element_written(device, monkeypatch, mode, L, D, P):
     got = fwd_bwd(device, x, h0, c0, params, lens, up, kw, np.float32)
     for g, w in zip(got[0][:4] + got[1], want[0][:4] + want[1]):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_biases_read_where_they_lie(device, monkeypatch, mode):
+    """float32 params: the input-side bias is added by the input GEMM from its place in
+    ``params`` and the hidden-side bias read there by the recurrence kernels (direction ``d``
+    one pseudo-layer further), so a forward gathers nothing (no ``pyrnn_copy3``); the backward
+    gathers nothing either (a reset-after GRU reads b_h in place to rebuild hn; an LSTM layer's
+    second bias gradient is one copy3 of its first), and the numbers match the reference."""
+    x, h0, c0, params, kw = problem(mode, 2, 2, seed=29)
+    x, h0, c0, params = cast(np.float32, x, h0, c0, params)
+    up = cast(np.float32, *upstream([(T_, N_, 2 * H_), (4, N_, H_),
+                                     (4, N_, H_) if mode == "lstm" else None], ()))
+    d = [None if a is None else cla.to_device(device.queue, a) for a in (x, h0, c0, params)]
+    names = []
+    real = cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel",
+                        lambda q, k, *a, **kw_: (names.append(k.function_name),
+                                                 real(q, k, *a, **kw_))[1])
+    out = rc.cudnn_rnn(*d, **kw)
+    fwd_names, names[:] = list(names), []
+    grads = rc.cudnn_rnn_backprop(*d, None, *out[:3],
+                                  *[None if u is None else cla.to_device(device.queue, u)
+                                    for u in up], *out[3:], **kw)
+    assert "pyrnn_copy3" not in fwd_names, fwd_names
+    assert names.count("pyrnn_copy3") == (2 if mode == "lstm" else 0), names   # 2 layers
+    want = ref.cudnn_rnn_backward(x, h0, c0, params, None, *up, **kw)
+    for g, w in zip(grads, want):
+        if w is not None:
+            assert_rel(g.get(), w, F32_TOL["gradient"], "backprop")
+    for a, w in zip(out[:3], ref.cudnn_rnn_forward(x, h0, c0, params, None, **kw)):
+        if w is not None:
+            assert_rel(a.get(), w, F32_TOL["forward"], "forward")
 
 
 def test_inputs_not_modified(device):

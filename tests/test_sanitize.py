@@ -194,6 +194,27 @@ def test_cudnn_projection_dropout_lengths_batch_major(device):
                                          dropout_masks=masks), "cudnn_rnn_backprop")
 
 
+@pytest.mark.parametrize("seq_bytes", [0, 1 << 20], ids=["per-step", "whole-sequence"])
+def test_cudnn_gru_biases_in_params(device, monkeypatch, seq_bytes):
+    """A bidirectional two-layer reset-after GRU of the cuDNN dialect: the input bias added by
+    the input GEMM at its offset in ``params``, the hidden bias read there by the forward and
+    backward kernels (direction ``d`` one pseudo-layer further: ``hb_off + d * hb_sd``), on the
+    per-step and the whole-sequence kernels."""
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=seq_bytes)
+    rng = np.random.default_rng(13)
+    T, N, I, H, L = 3, 2, 5, 3, 2
+    kw = dict(rnn_mode="gru", direction="bidirectional")
+    params = _r(rng, rc.cudnn_rnn_params_size(L, H, I, **kw))
+    x, h0 = _r(rng, T, N, I), _r(rng, 2 * L, N, H)
+    y, hn, _, res, host = rc.cudnn_rnn(x, h0, None, params, **kw, device=device)
+    _all_close((y, hn), C.cudnn_rnn_forward(x, h0, None, params, **kw)[:2], "cudnn gru")
+    up = (_r(rng, *y.shape), _r(rng, *hn.shape))
+    got = rc.cudnn_rnn_backprop(x, h0, None, params, None, y, hn, None, *up, None, res, host,
+                                **kw, device=device)
+    want = C.cudnn_rnn_backward(x, h0, None, params, None, *up, None, **kw)
+    _all_close([got[0], got[1], got[3]], [want[0], want[1], want[3]], "cudnn gru backprop")
+
+
 @pytest.mark.parametrize("seq_bytes", [0, 1 << 20], ids=["per-step", "whole-chunk"])
 def test_backward_in_chunks(device, monkeypatch, seq_bytes):
     """The backward in chunks of one step (``REC_BWD_ROWS = N``): the gate-gradient ring, chunk

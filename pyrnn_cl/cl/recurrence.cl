@@ -137,7 +137,8 @@
 #define HAS_LEN 0           /* per-row sequence lengths */
 #endif
 #ifndef HAS_HB
-#define HAS_HB 0            /* hidden-side bias b_h [D][G*H] added to the recurrent product */
+#define HAS_HB 0            /* hidden-side bias b_h added to the recurrent product: direction d's
+                               G*H values at hb + hb_off + d * hb_sd */
 #endif
 #ifndef HAS_PEEP
 #define HAS_PEEP 0          /* per-unit cell parameters [D][G*H] (LSTM peepholes) */
@@ -351,14 +352,15 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* Arguments of the forward step kernels after (T, N, H, K, rev_mask, s). */
-#define FWD_PARAMS __global real *gx, __global const real *rpk, __global const real *hb, \
-    __global const real *peep, __global real *y, __global real *cs, __global real *hs, \
+#define FWD_PARAMS __global real *gx, __global const real *rpk, \
+    __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
+    __global real *y, __global real *cs, __global real *hs, \
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
     __global const real *mask, __global const int *lens, const real clip, \
     __global const real *xs, __global const real *wpk, __global const real *xb, const int I
-#define FWD_ARGS gx, rpk, hb, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, \
-    clip, xs, wpk, xb, I
+#define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
+    mask, lens, clip, xs, wpk, xb, I
 
 /* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
@@ -428,7 +430,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
 #endif
             ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
 #if HAS_HB
-            if (k < CELL_GA) ghv[k] += LOADV(hb + d * GH + blk);
+            if (k < CELL_GA) ghv[k] += LOADV(hb + hb_off + d * hb_sd + blk);
 #endif
 #if HAS_PEEP
             pv[k] = LOADV(peep + d * GH + blk);
@@ -478,7 +480,8 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
 /* Second kernel of a two-phase step (e.g. GRU reset-before): the late slot L (o) from
  * (h[t-1] . m . g) R_L^T, g the late gate (r). */
 __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
-                          __global real *gx, __global const real *rpk, __global const real *hb,
+                          __global real *gx, __global const real *rpk,
+                          __global const real *hb, const long hb_off, const long hb_sd,
                           __global real *y, __global const real *hs,
                           __global const real *h0, const long h0_sd, const long h0_sn,
                           __global const int *lens)
@@ -515,7 +518,7 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
         const int blk_o = gate_blk(CELL_GA) * H + j;
         realV gh_o = acc[b][0];
 #if HAS_HB
-        gh_o += LOADV(hb + d * GH + blk_o);
+        gh_o += LOADV(hb + hb_off + d * hb_sd + blk_o);
 #endif
         realV sv[CELL_G], o, h;
         for (int k = 0; k < CELL_G; ++k)
@@ -639,8 +642,8 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 /* Arguments of the backward step kernels after (T, N, H, K, rev_mask, s). */
 #define BWD_PARAMS __global const real *sav, __global real *dgx, __global real *dgh, \
     __global const real *wt, __global const real *zrow, __global const real *rpk, \
-    __global const real *hb, __global const real *peep, __global const real *y, \
-    __global const real *cs, __global const real *dy, \
+    __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
+    __global const real *y, __global const real *cs, __global const real *dy, \
     __global const real *dhn, const long dhn_sd, const long dhn_sn, \
     __global const real *dcn, const long dcn_sd, const long dcn_sn, \
     __global const real *dcs, __global real *carry_h, __global real *carry_c, \
@@ -649,9 +652,9 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
     __global const real *mask, __global const int *lens, const real clip, CHUNK_PARAMS
-#define BWD_ARGS sav, dgx, dgh, wt, zrow, rpk, hb, peep, y, cs, dy, dhn, dhn_sd, dhn_sn, dcn, \
-    dcn_sd, dcn_sn, dcs, carry_h, carry_c, dh0, dh0_sd, dh0_sn, dc0, dc0_sd, dc0_sn, h0, h0_sd, \
-    h0_sn, c0, c0_sd, c0_sn, mask, lens, clip, CHUNK_ARGS
+#define BWD_ARGS sav, dgx, dgh, wt, zrow, rpk, hb, hb_off, hb_sd, peep, y, cs, dy, dhn, dhn_sd, \
+    dhn_sn, dcn, dcn_sd, dcn_sn, dcs, carry_h, carry_c, dh0, dh0_sd, dh0_sn, dc0, dc0_sd, dc0_sn, \
+    h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, clip, CHUNK_ARGS
 
 /* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
@@ -791,7 +794,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #if CELL_NEEDS_HN
         realV hnv = hn[b][0];
 #if HAS_HB
-        hnv += LOADV(hb + d * GH + gate_blk(CELL_HN_SLOT) * H + j);
+        hnv += LOADV(hb + hb_off + d * hb_sd + gate_blk(CELL_HN_SLOT) * H + j);
 #endif
 #else
         const realV hnv = VZERO;
