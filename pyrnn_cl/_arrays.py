@@ -106,13 +106,16 @@ def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
     return outs
 
 
-def _upload(queue, a: np.ndarray, dtype) -> cla.Array:
+def _upload(queue, a: np.ndarray, dtype, results_read: bool = False) -> cla.Array:
     """``a`` as a new device array of ``dtype``. The copy is enqueued without waiting when it
-    reads a private converted copy of ``a``; from the caller's own memory it waits (the caller
-    may change that memory as soon as the op returns, while a device array result is still
-    being computed)."""
+    reads a private converted copy of ``a``, or when the call reads its results back before it
+    returns (``results_read``: NumPy out, whose read waits for every command, these copies
+    included; pyopencl keeps ``a`` alive until its copy is done); from the caller's own memory
+    in a call that returns device arrays it waits (the caller may change that memory as soon
+    as the op returns, while a result is still being computed)."""
     host = np.ascontiguousarray(a, dtype=dtype)
-    return cla.to_device(queue, host, async_=not np.may_share_memory(host, a))
+    return cla.to_device(queue, host,
+                         async_=results_read or not np.may_share_memory(host, a))
 
 
 def temporary(device, shape, dtype) -> cla.Array:
@@ -509,13 +512,13 @@ class Call:
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
             if isinstance(a, np.ndarray):
-                a = _upload(self.queue, a, self.storage)
+                a = _upload(self.queue, a, self.storage, self.numpy_out)
             return a, True
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
-            return _upload(self.queue, a, self.dtype), False
+            return _upload(self.queue, a, self.dtype, self.numpy_out), False
         self._check_device_array(name, a)
         if a.offset:
             b = cla.empty(self.queue, a.shape, a.dtype)
@@ -550,7 +553,7 @@ class Call:
         check_memory(self.device, name, [a.nbytes])
         if a.size == 0:
             return cla.empty(self.queue, a.shape, self.storage)
-        return _upload(self.queue, a, self.storage)
+        return _upload(self.queue, a, self.storage, self.numpy_out)
 
     def host(self, name, a):
         """``a`` as a NumPy array (a device array is read back)."""
@@ -579,7 +582,7 @@ class Call:
         if host.size and (host.min() < 0 or host.max() > high):
             raise ValueError(f"{name}: values must lie in [0, {high}], got min {host.min()} "
                              f"and max {host.max()}")
-        return _upload(self.queue, host, np.int32)
+        return _upload(self.queue, host, np.int32, self.numpy_out)
 
     # -- outputs ----------------------------------------------------------------------------
 
