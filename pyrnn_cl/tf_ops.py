@@ -56,7 +56,7 @@ mismatch; pitfalls A26), raising :class:`~pyrnn_cl.errors.ShapeError` naming bot
 
 from __future__ import annotations
 
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 import pyopencl.array as cla
@@ -151,20 +151,48 @@ def _copy_cols(call, dst, d_width, d_start, src, s_width, s_start, rows, count):
                  (0, s_width, 1), (1, rows, count))
 
 
-def _col_outputs(call, src, rows, width, spans, shapes):
-    """Outputs in the caller's kind: columns ``[start, start + count)`` of a ``[rows][width]``
-    device array for each ``(start, count)`` of ``spans``, reshaped to ``shapes``. NumPy out:
-    one read-back, split on the host; device out: one strided copy per output."""
-    if call.numpy_out:
-        host = call.out(src, (rows, width))
-        return [np.ascontiguousarray(host[:, s:s + c]).reshape(shape)
-                for (s, c), shape in zip(spans, shapes)]
-    outs = []
-    for (s, c), shape in zip(spans, shapes):
-        out = call.empty((rows, c))
-        _copy_cols(call, out, c, 0, src, width, s, rows, c)
-        outs.append(call.out(out, shape))
-    return outs
+class _Cols(NamedTuple):
+    """Results that are column spans of one ``[rows][width]`` device array ``src``: columns
+    ``[start, start + count)`` for each ``(start, count)`` of ``spans``, reshaped to
+    ``shapes``."""
+
+    src: cla.Array
+    rows: int
+    width: int
+    spans: list
+    shapes: list
+
+
+def _results(call, *items) -> tuple:
+    """An op's results in the caller's kind and storage dtype, converted and (NumPy out) read
+    back together: one wait for the whole op. Each item is an ``(array, shape)`` (shape
+    ``None``: as it is) or a :class:`_Cols`, which gives one result per span (NumPy out: its
+    array read once and split on the host; device out: one strided copy per span)."""
+    flat: list = []         # (array, shape) for call.outs
+    plan: list = []         # per item: index into flat, or (index, _Cols) to split
+    for item in items:
+        if not isinstance(item, _Cols):
+            plan.append(len(flat))
+            flat.append(item)
+        elif call.numpy_out:
+            plan.append((len(flat), item))
+            flat.append((item.src, (item.rows, item.width)))
+        else:
+            for (start, count), shape in zip(item.spans, item.shapes):
+                out = call.empty((item.rows, count))
+                _copy_cols(call, out, count, 0, item.src, item.width, start, item.rows, count)
+                plan.append(len(flat))
+                flat.append((out, shape))
+    got = call.outs(*flat)
+    results: list = []
+    for p in plan:
+        if isinstance(p, int):
+            results.append(got[p])
+        else:
+            host, cols = got[p[0]], p[1]
+            results += [np.ascontiguousarray(host[:, s:s + c]).reshape(shape)
+                        for (s, c), shape in zip(cols.spans, cols.shapes)]
+    return tuple(results)
 
 
 def _transpose_into(call, dst, d_off, d_ld, src, s_off, s_ld, rows, cols):
@@ -228,15 +256,17 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c)
     q = call
     rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)   # memory check first
-    xd, hd = q.dev("x", x), q.dev("h_prev", h_prev)
-    W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
+    xd, hd, wru, wc, bru, bc = q.devs(("x", x), ("h_prev", h_prev), ("w_ru", w_ru),
+                                      ("w_c", w_c), ("b_ru", b_ru), ("b_c", b_c))
+    W, R = _gru_weights(q, wru, wc, I, H)
     bias = q.empty((3 * H,))
-    _copy_cols(q, bias, 3 * H, 0, q.dev("b_ru", b_ru), 2 * H, 0, 1, 2 * H)
-    _copy_cols(q, bias, 3 * H, 2 * H, q.dev("b_c", b_c), H, 0, 1, H)
+    _copy_cols(q, bias, 3 * H, 0, bru, 2 * H, 0, 1, 2 * H)
+    _copy_cols(q, bias, 3 * H, 2 * H, bc, H, 0, 1, H)
     gx = engine.input_projection(q.device, q.dtype, xd, N, I, W, 3 * H, bias)
     fwd = rec.forward(gx.reshape((1, N, 3 * H)), engine.LayerInputs(R, StateView(hd, N * H, H)))
-    r, u, c = _col_outputs(q, fwd.sav, N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3)
-    return r, u, c, q.out(fwd.y, (N, H))
+    assert fwd.sav is not None      # a forward always saves its gates
+    return _results(q, _Cols(fwd.sav, N, 3 * H, [(k * H, H) for k in range(3)], [(N, H)] * 3),
+                    (fwd.y, (N, H)))
 
 
 @entry_point
@@ -284,24 +314,24 @@ def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: 
     q = call
     rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     rec.check_backward_memory(full=True)              # before anything is copied
-    hd = q.dev("h_prev", h_prev)
-    W, R = _gru_weights(q, q.dev("w_ru", w_ru), q.dev("w_c", w_c), I, H)
+    hd, wru, wc, rd, ud, cd, dhd = q.devs(("h_prev", h_prev), ("w_ru", w_ru), ("w_c", w_c),
+                                          ("r", r), ("u", u), ("c", c), ("d_h", d_h))
+    W, R = _gru_weights(q, wru, wc, I, H)
     sav = q.empty((1, N, 3 * H))                      # saved gates, blocks [r | u | c]
-    for k, (name, a) in enumerate((("r", r), ("u", u), ("c", c))):
-        _copy_cols(q, sav, 3 * H, k * H, q.dev(name, a), H, 0, N, H)
+    for k, a in enumerate((rd, ud, cd)):
+        _copy_cols(q, sav, 3 * H, k * H, a, H, 0, N, H)
     fwd = engine.Saved(sav=sav, y=hd)   # y is not read when T = 1
     dh0 = q.empty((N, H))
     d_x = q.empty((N, I))
     grads = rec.backward(fwd, engine.LayerInputs(R, StateView(hd, N * H, H)),
-                         engine.Upstream(dy=q.dev("d_h", d_h)),
+                         engine.Upstream(dy=dhd),
                          engine.GradTargets(StateView(dh0, N * H, H), need_dR=False,
                                             inputs=engine.InputSide(
                                                 I, w=engine.Target(W, 0, 3 * H * I), dx=d_x)),
                          full=True)
-    dgx = grads.dgx
-    d_c_bar, d_rbub = _col_outputs(q, dgx, N, 3 * H, [(2 * H, H), (0, 2 * H)],
-                                   [(N, H), (N, 2 * H)])
-    return q.out(d_x, (N, I)), q.out(dh0, (N, H)), d_c_bar, d_rbub
+    assert grads.dgx is not None    # full=True: the gate gradients are kept
+    return _results(q, (d_x, (N, I)), (dh0, (N, H)),
+                    _Cols(grads.dgx, N, 3 * H, [(2 * H, H), (0, 2 * H)], [(N, H), (N, 2 * H)]))
 
 
 @entry_point
@@ -323,9 +353,9 @@ def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_c_bar: Arra
     _check_all([("r", r, (N, H)), ("d_c_bar", d_c_bar, (N, H)),
                 ("d_r_bar_u_bar", d_r_bar_u_bar, (N, 2 * H))], N, I, H)
     q, dev, dt = call, call.device, call.dtype
-    xd, hd = q.dev("x", x), q.dev("h_prev", h_prev)
-    dc, dru = q.dev("d_c_bar", d_c_bar), q.dev("d_r_bar_u_bar", d_r_bar_u_bar)
-    hr = _hadamard(q, hd, q.dev("r", r), N, H)
+    xd, hd, dc, dru, rd = q.devs(("x", x), ("h_prev", h_prev), ("d_c_bar", d_c_bar),
+                                 ("d_r_bar_u_bar", d_r_bar_u_bar), ("r", r))
+    hr = _hadamard(q, hd, rd, N, H)
     d_w_ru, d_w_c = q.empty((I + H, 2 * H)), q.empty((I + H, H))
     gemm(dev, dt, I, 2 * H, N, xd, dru, d_w_ru, trans_a=True)
     gemm(dev, dt, H, 2 * H, N, hd, dru, d_w_ru, trans_a=True, c_offset=I * 2 * H)
@@ -334,7 +364,7 @@ def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_c_bar: Arra
     d_b_ru, d_b_c = q.empty((2 * H,)), q.empty((H,))
     sum_rows(dev, dt, N, 2 * H, dru, d_b_ru)
     sum_rows(dev, dt, N, H, dc, d_b_c)
-    return (q.out(d_w_ru), q.out(d_w_c), q.out(d_b_ru), q.out(d_b_c))
+    return _results(q, (d_w_ru, None), (d_w_c, None), (d_b_ru, None), (d_b_c, None))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -370,10 +400,12 @@ class _LSTM:
                               clip=self.cell_clip if clip else 0.0)
         if extra:     # a gradient op
             self.rec.check_backward_memory()
-        self.x = q.dev("x", x)
-        self.h0 = StateView(q.dev("h_prev", h_prev), N * H, H)
-        self.c0 = StateView(q.dev("cs_prev", cs_prev), N * H, H)
-        wd = q.dev("w", w)
+        peeps = (("wci", wci), ("wcf", wcf), ("wco", wco)) if self.use_peephole else ()
+        self.x, h0, c0, wd, bd, *peep_d = q.devs(
+            ("x", x), ("h_prev", h_prev), ("cs_prev", cs_prev), ("w", w),
+            ("b", b if need_b else None), *peeps)
+        self.h0 = StateView(h0, N * H, H)
+        self.c0 = StateView(c0, N * H, H)
         self.wd = wd
         self.W = None
         if need_w:   # W = w[:I]ᵀ [4H, I]
@@ -383,7 +415,7 @@ class _LSTM:
         _transpose_into(q, self.R, 0, H, wd, I * GH, GH, H, GH)
         self.bias = None
         if need_b:   # b with forget_bias added to the f block
-            self.bias = q.dev("b", b)
+            self.bias = bd
             if self.forget_bias != 0.0:
                 if self.bias is b:      # the caller's device array: never modify an input
                     self.bias = self.bias.copy(queue=q.queue)
@@ -393,8 +425,8 @@ class _LSTM:
         self.peep = None
         if self.use_peephole:   # [1][4H] in block order: wci on i, wcf on f, wco on o, 0 on ci
             self.peep = q.zeros((GH,))
-            for gate, name, a in (("i", "wci", wci), ("f", "wcf", wcf), ("o", "wco", wco)):
-                _copy_cols(q, self.peep, GH, layout[gate] * H, q.dev(name, a), H, 0, 1, H)
+            for gate, a in zip("ifo", peep_d):
+                _copy_cols(q, self.peep, GH, layout[gate] * H, a, H, 0, 1, H)
         self.lens = None
         if self.n_valid < T:
             self.lens = cla.to_device(q.queue, np.full(max(N, 1), self.n_valid, np.int32))
@@ -407,11 +439,10 @@ class _LSTM:
         gx = engine.input_projection(q.device, q.dtype, self.x, T * N, self.I, self.W, GH,
                                      self.bias).reshape((T, N, GH))
         fwd = self.rec.forward(gx, self.layer_inputs())
-        i, f, o, ci = _col_outputs(q, fwd.sav, T * N, GH,
-                                   [(self.layout[g] * H, H) for g in "ifoc"], [shape] * 4)
-        cs = fwd.cs
-        return (i, q.out(cs, shape), f, o, ci, q.out(_tanh(q, cs), shape),
-                q.out(fwd.y, shape))
+        i, f, o, ci, cs, co, h = _results(
+            q, _Cols(fwd.sav, T * N, GH, [(self.layout[g] * H, H) for g in "ifoc"], [shape] * 4),
+            (fwd.cs, shape), (_tanh(q, fwd.cs), shape), (fwd.y, shape))
+        return i, cs, f, o, ci, co, h
 
     def layer_inputs(self) -> engine.LayerInputs:
         """What the engine's forward and backward of this layer read besides the sequences."""
@@ -426,24 +457,26 @@ class _LSTM:
         :meth:`Recurrence.backward`."""
         q, T, N, H, GH = self.call, self.T, self.N, self.H, 4 * self.H
         sav = q.empty((T, N, GH))
-        for g, (name, a) in gates.items():
-            _copy_cols(q, sav, GH, self.layout[g] * H, q.dev(name, a), H, 0, T * N, H)
-        y = self.h0.array if h is None else q.dev("h", h)   # y is not read when T = 1
-        fwd = engine.Saved(sav=sav, y=y, cs=q.dev("cs", cs))
+        *gate_d, hd, csd, h_grad_d, cs_grad_d = q.devs(
+            *gates.values(), ("h", h), ("cs", cs), ("h_grad", h_grad), ("cs_grad", cs_grad))
+        for g, a in zip(gates, gate_d):
+            _copy_cols(q, sav, GH, self.layout[g] * H, a, H, 0, T * N, H)
+        y = self.h0.array if h is None else hd   # y is not read when T = 1
+        fwd = engine.Saved(sav=sav, y=y, cs=csd)
         dh0, dc0 = StateView(q.empty((N, H)), N * H, H), StateView(q.empty((N, H)), N * H, H)
-        upstream = engine.Upstream(dy=q.dev("h_grad", h_grad), dcs=q.dev("cs_grad", cs_grad))
+        upstream = engine.Upstream(dy=h_grad_d, dcs=cs_grad_d)
         targets = engine.GradTargets(dh0, dc0=dc0, need_dR=need_dR, inputs=inputs)
         grads = self.rec.backward(fwd, self.layer_inputs(), upstream, targets, full=full)
         return fwd, grads, dh0.array, dc0.array
 
-    def peephole_grads(self, grads):
-        """``(wci_grad, wcf_grad, wco_grad)`` (zeros without peepholes)."""
+    def peephole_grads(self, grads) -> tuple:
+        """``wci_grad, wcf_grad, wco_grad`` as items of :func:`_results` (zeros without
+        peepholes)."""
         q, H = self.call, self.H
         dpeep = grads.dpeep if self.use_peephole else None
         if dpeep is None:
-            return tuple(q.out(q.zeros((H,))) for _ in range(3))
-        return tuple(_col_outputs(q, dpeep, 1, 4 * H, [(self.layout[g] * H, H) for g in "ifo"],
-                                  [(H,)] * 3))
+            return tuple((q.zeros((H,)), None) for _ in range(3))
+        return (_Cols(dpeep, 1, 4 * H, [(self.layout[g] * H, H) for g in "ifo"], [(H,)] * 3),)
 
 
 def _lstm_cell_call(x, cs_prev, h_prev, w, wci, wcf, wco, b, device, **more):
@@ -509,8 +542,7 @@ def lstm_block_cell_grad(x: Array, cs_prev: Array, h_prev: Array, w: Array, wci:
     _, grads, _, dc0 = layer.backward(gates, cs, None, cs_grad, h_grad, need_dR=False,
                                       full=True)
     N, H = layer.N, layer.H
-    return (call.out(dc0, (N, H)), call.out(grads.dgx, (N, 4 * H)),
-            *layer.peephole_grads(grads))
+    return _results(call, (dc0, (N, H)), (grads.dgx, (N, 4 * H)), *layer.peephole_grads(grads))
 
 
 @entry_point
@@ -528,7 +560,7 @@ def lstm_block_cell_weight_grads(x: Array, h_prev: Array, w: Array, dicfo: Array
     GH = 4 * H
     _check_all([("w", w, (I + H, GH)), ("dicfo", dicfo, (N, GH))], N, I, H)
     q, dev, dt = call, call.device, call.dtype
-    xd, hd, wd, dg = q.dev("x", x), q.dev("h_prev", h_prev), q.dev("w", w), q.dev("dicfo", dicfo)
+    xd, hd, wd, dg = q.devs(("x", x), ("h_prev", h_prev), ("w", w), ("dicfo", dicfo))
     x_grad, h_grad = q.empty((N, I)), q.empty((N, H))
     gemm(dev, dt, N, I, GH, dg, wd, x_grad, trans_b=True)
     gemm(dev, dt, N, H, GH, dg, wd, h_grad, trans_b=True, b_offset=I * GH)
@@ -536,7 +568,7 @@ def lstm_block_cell_weight_grads(x: Array, h_prev: Array, w: Array, dicfo: Array
     gemm(dev, dt, I, GH, N, xd, dg, w_grad, trans_a=True)
     gemm(dev, dt, H, GH, N, hd, dg, w_grad, trans_a=True, c_offset=I * GH)
     sum_rows(dev, dt, N, GH, dg, b_grad)
-    return (q.out(x_grad), q.out(h_grad), q.out(w_grad), q.out(b_grad))
+    return _results(q, (x_grad, None), (h_grad, None), (w_grad, None), (b_grad, None))
 
 
 def _block_lstm(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias,
@@ -567,9 +599,8 @@ def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, 
     w_grad = q.empty((I + H, GH))   # [dWᵀ ; dRᵀ]
     _transpose_into(q, w_grad, 0, GH, dW, 0, I, GH, I)
     _transpose_into(q, w_grad, I * GH, GH, dR, 0, H, GH, H)
-    wci_g, wcf_g, wco_g = layer.peephole_grads(grads)
-    return (q.out(x_grad, (T, N, I)), q.out(dc0, (N, H)), q.out(dh0, (N, H)), q.out(w_grad),
-            wci_g, wcf_g, wco_g, q.out(db))
+    return _results(q, (x_grad, (T, N, I)), (dc0, (N, H)), (dh0, (N, H)), (w_grad, None),
+                    *layer.peephole_grads(grads), (db, None))
 
 
 _SEQ_DOC = r"""
