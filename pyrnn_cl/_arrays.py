@@ -323,12 +323,15 @@ def check_memory(device, what, buffers):
             "or a smaller batch per call, or a device with more memory")
 
 
+#: Arrays one conversion launch handles (the slots ``cl/storage.cl`` spells out; it refuses to
+#: build with another count). An op's inputs or results rarely number more: the LSTM gradient
+#: widens seven arrays at its start.
+CONVERT_SLOTS = 8
+
+
 def _storage_program(device, storage):
-    return get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(storage)})
-
-
-#: Arrays one conversion launch handles (``CONVERT_SLOTS`` of ``cl/storage.cl``).
-CONVERT_SLOTS = 4
+    return get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(storage),
+                                              "CONVERT_SLOTS": CONVERT_SLOTS})
 
 
 def _convert(device, kernel, storage, pairs) -> None:

@@ -221,10 +221,14 @@ class _Layer:
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only
         self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
         b2 = secondary_bias if self.cell.needs_hn else None
-        self.x, self.b, h0, c0, self.peep, b2 = q.devs(
+        # a gradient op's arrays are converted with the layer's own: one widening launch for
+        # up to CONVERT_SLOTS 16-bit arrays
+        grads = list(grads or ())
+        self.x, self.b, h0, c0, self.peep, b2, *grad_d = q.devs(
             ("source", source), ("bias", bias), ("init_state", init_state),
             ("init_cell", init_cell if self.cell.has_c else None), ("peephole", peephole),
-            ("secondary_bias", b2))
+            ("secondary_bias", b2), *grads)
+        self._grad_devs = {name: a for (name, _), a in zip(grads, grad_d)}
         # absent initial states: every (d, n) reads the same row of shared zeros
         zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)
         self.h0 = StateView(h0, H, D * H) if h0 is not None else zero
@@ -303,21 +307,17 @@ class _Layer:
         return dict(dx=dx, dR=grads.dR, dW=dW, db=db, dhb=dhb, dh0=dh0.array,
                     dc0=dc0.array if dc0 else None, dpeep=grads.dpeep)
 
-    def gradient_inputs(self, z_state, source_gradient, state_gradient, cell_gradient,
-                        y=None, cs=None):
+    def gradient_inputs(self):
         """``(fwd, dy, dhn, dcn)``: the engine's forward results (:class:`engine.Saved`) and the
-        upstream gradients from what a gradient op receives (``y``: ``output_fwd``, ``cs``:
-        ``cell_output_fwd``), converted together. An LSTM or RNN gradient is not given h: the
-        engine computes h[t-1] from the saved gates (and c) chunk by chunk where it needs it,
-        so no h sequence is rebuilt here."""
-        q, T, N, D, H, G = self.call, self.T, self.N, self.D, self.H, self.G
-        z, y, cs, dy, dhn, dcn = q.devs(
-            ("z_state", z_state, (T, N, D * G * H)), ("output_fwd", y, (T, N, D * H)),
-            ("cell_output_fwd", cs, (T, N, D * H)),
-            ("source_gradient", source_gradient, (T, N, D * H)),
-            ("state_gradient", state_gradient, (N, D * H)),
-            ("cell_gradient", cell_gradient, (N, D * H)))
-        return engine.Saved(sav=z, y=y, cs=cs), dy, dhn, dcn
+        upstream gradients from the arrays the gradient op passed as ``grads`` (converted with
+        the layer's inputs): ``z_state``, ``source_gradient``, ``state_gradient``,
+        ``cell_gradient`` and, where the cell's backward reads them, ``output_fwd`` (y) and
+        ``cell_output_fwd`` (c). An LSTM or RNN gradient is not given h: the engine computes
+        h[t-1] from the saved gates (and c) chunk by chunk where it needs it, so no h sequence
+        is rebuilt here."""
+        g = self._grad_devs
+        return (engine.Saved(sav=g["z_state"], y=g.get("output_fwd"), cs=g.get("cell_output_fwd")),
+                g["source_gradient"], g["state_gradient"], g.get("cell_gradient"))
 
 
 def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, init_cell, mask,
@@ -358,9 +358,7 @@ def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq
         grads.append(("cell_gradient", cell_gradient))
     layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
                    init_cell, mask, peephole, secondary_bias, grads=grads)
-    g = layer.backward(*layer.gradient_inputs(
-        z_state, source_gradient, state_gradient, cell_gradient,
-        y=fwd_seq if kind == "gru" else None, cs=fwd_seq if kind == "lstm" else None))
+    g = layer.backward(*layer.gradient_inputs())
     extra = []
     if kind == "gru" and secondary_bias is not None:
         extra.append((_secondary_bias_gradient(layer, g["dhb"]), tuple(secondary_bias.shape)))
@@ -526,9 +524,7 @@ def rnn_layer_gradients(source: Array, recurrent_weight: Array, source_gradient:
         grads += [("cell_output_fwd", cell_output_fwd), ("cell_gradient", cell_gradient)]
     layer = _Layer("layer", call, desc, source, recurrent_weight, input_weight, bias, init_state,
                    init_cell, mask, None, None, grads=grads)
-    g = layer.backward(*layer.gradient_inputs(
-        z_state, source_gradient, state_gradient, cell_gradient,
-        y=output_fwd if cell.bwd_needs_y else None, cs=cell_output_fwd if cell.has_c else None))
+    g = layer.backward(*layer.gradient_inputs())
     return _gradient_results(call, g, [
         ("dx", source), ("dR", recurrent_weight), ("dW", input_weight), ("db", bias),
         ("dh0", init_state), ("dc0", init_cell)])

@@ -38,6 +38,9 @@ from helpers.mps import (
     training_desc,
 )
 from pyrnn_cl import _arrays
+from pyrnn_cl.errors import BuildError
+from pyrnn_cl.programs import get_program
+from pyrnn_cl.sources import dtype_code
 from reference import cudnn_ref as CR
 from reference import mps_ref as M
 from reference import tf_ref as TR
@@ -171,6 +174,32 @@ def test_narrow_rounds_to_nearest_even(device, dtype):
     shifted = cla.to_device(device.queue, vals)[5:]
     got = _arrays.narrow(device, shifted, dtype).get()
     assert np.array_equal(got[~nan[5:]].view(np.uint16), want[5:][~nan[5:]].view(np.uint16))
+
+
+@pytest.mark.oclgrind
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_conversions_batched_across_slots(device, dtype):
+    """widen_many / narrow_many over more arrays than one launch has slots (two launches), of
+    sizes 0, 1, 7, 8, 9, 61 and 1024 + 3, some read from an element offset: every value as
+    NumPy's / ml_dtypes' cast (the 8-wide and the 1-wide kernels, unused slots idle). A
+    storage program built with another slot count is refused."""
+    rng = np.random.default_rng(5)
+    sizes = [0, 1, 7, 8, 9, 61, 1027, 3, 16, 5, 33]
+    assert len(sizes) > _arrays.CONVERT_SLOTS
+    q = device.queue
+    vals = [rng.standard_normal(n + 3).astype(np.float32) for n in sizes]
+    wide = [cla.to_device(q, v)[3:] if k % 2 else cla.to_device(q, v[3:])
+            for k, v in enumerate(vals)]
+    narrow = _arrays.narrow_many(device, wide, dtype)
+    stored = [v[3:].astype(dtype) for v in vals]
+    for got, want in zip(narrow, stored):
+        assert got.dtype == dtype and got.shape == want.shape
+        assert np.array_equal(got.get().view(np.uint16), want.view(np.uint16))
+    back = _arrays.widen_many(device, [cla.to_device(q, w) for w in stored], dtype)
+    for got, want in zip(back, stored):
+        assert np.array_equal(got.get(), want.astype(np.float32))
+    with pytest.raises(BuildError, match="8 conversion slots"):
+        get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(dtype), "CONVERT_SLOTS": 4})
 
 
 # =================================================================================================
