@@ -156,11 +156,13 @@ def _count(event: str) -> None:
 
 def cache_stats() -> dict[str, int]:
     """Process-wide counters: ``source_builds``, ``disk_hits``, ``disk_rejects``,
-    ``disk_writes`` and ``memo_hits``."""
+    ``disk_writes``, ``memo_hits`` and ``build_retries`` (builds from source tried again after
+    a failure without a compiler diagnostic)."""
     with _stats_lock:
         return {
             name: _stats[name]
-            for name in ("source_builds", "disk_hits", "disk_rejects", "disk_writes", "memo_hits")
+            for name in ("source_builds", "disk_hits", "disk_rejects", "disk_writes", "memo_hits",
+                         "build_retries")
         }
 
 
@@ -425,6 +427,16 @@ def _save_failed_source(name: str, source: str) -> str:
     return path
 
 
+#: Builds from source tried again when one fails without a compiler diagnostic.
+BUILD_RETRIES = 2
+
+
+def _has_diagnostic(log: str) -> bool:
+    """Whether a build log holds a compiler error (``file:line:col: error: ...``): a failure
+    that building again would repeat."""
+    return "error:" in log.lower()
+
+
 def _build_error(exc, device, name, source, options, log) -> BuildError:
     saved = _save_failed_source(name, source)
     lines = log.rstrip().splitlines()
@@ -547,13 +559,22 @@ def _build(device, name, defines, options, source) -> Program:
                 return Program(raw, device, name, defines, options, source, key, True, seconds)
 
     start = time.perf_counter()
-    raw = _raw_from_source(context, source)
-    try:
-        with _notice.building(device, name):
-            _raw_build(raw, options, cl_device)
-    except cl.Error as exc:
-        raise _build_error(exc, device, name, source, options,
-                           _build_log(raw, cl_device)) from None
+    for attempt in range(1 + BUILD_RETRIES):
+        raw = _raw_from_source(context, source)
+        try:
+            with _notice.building(device, name):
+                _raw_build(raw, options, cl_device)
+            break
+        except cl.Error as exc:
+            log = _build_log(raw, cl_device)
+            if attempt == BUILD_RETRIES or _has_diagnostic(log):
+                raise _build_error(exc, device, name, source, options, log) from None
+            # a failure without a compiler diagnostic: transient (PoCL 3.1, several processes
+            # building the same kernels into one empty cache at once); build again
+            _count("build_retries")
+            logger.info("pyrnn_cl: building %s on %s failed without a diagnostic (%s); "
+                        "building again", name, device.info.name, log.strip() or "empty log")
+            time.sleep(0.05 * (attempt + 1))
     seconds = time.perf_counter() - start
     _count("source_builds")
     logger.info("pyrnn_cl: built %s for %s in %.2f s", name, device.info.name, seconds)

@@ -405,6 +405,46 @@ def test_build_error_carries_everything(device, tmp_path):
     Path(error.saved_path).unlink()
 
 
+@pytest.mark.parametrize("failures", [1, programs.BUILD_RETRIES + 1])
+def test_build_failing_without_a_diagnostic_is_tried_again(device, monkeypatch, failures):
+    """A build that fails with no compiler error in its log (PoCL 3.1, several processes
+    filling one empty cache at once: "Device ... failed to build the program") is built
+    again, up to BUILD_RETRIES times; one that keeps failing raises BuildError; one whose log
+    holds a compiler error is not tried again."""
+    import pyopencl as cl
+
+    real, calls = programs._raw_build, []
+
+    def flaky(raw, options, cl_device):
+        calls.append(1)
+        if len(calls) <= failures:
+            raise cl.RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE")
+        real(raw, options, cl_device)
+
+    monkeypatch.setattr(programs, "_raw_build", flaky)
+    monkeypatch.setattr(programs, "_build_log",
+                        lambda raw, d: "Device X failed to build the program\n")
+    before = programs.cache_stats().get("build_retries", 0)
+    defines = {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 3 + failures}
+    if failures > programs.BUILD_RETRIES:
+        with pytest.raises(BuildError, match="failed to build the program") as err:
+            _fresh(device, defines)
+        assert len(calls) == programs.BUILD_RETRIES + 1
+        Path(err.value.saved_path).unlink()
+    else:
+        got, want = run_axpy(device, _fresh(device, defines))
+        assert_close(got, want)
+        assert len(calls) == failures + 1
+    assert programs.cache_stats()["build_retries"] - before == min(failures,
+                                                                   programs.BUILD_RETRIES)
+    calls.clear()
+    monkeypatch.setattr(programs, "_build_log", lambda raw, d: "x.cl:4:5: error: no such thing\n")
+    with pytest.raises(BuildError, match="no such thing") as err:
+        _fresh(device, dict(defines, SELFCHECK_SCALE=11))
+    assert len(calls) == 1
+    Path(err.value.saved_path).unlink()
+
+
 def test_build_error_message_is_short(device):
     class FakeError(Exception):
         code, routine = -11, "clBuildProgram"
