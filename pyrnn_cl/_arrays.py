@@ -106,7 +106,7 @@ def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
     return outs
 
 
-def _upload(queue, a: np.ndarray, dtype, results_read: bool = False) -> cla.Array:
+def _upload(queue, a: np.ndarray, dtype, results_read: bool) -> cla.Array:
     """``a`` as a new device array of ``dtype``. The copy is enqueued without waiting when it
     reads a private converted copy of ``a``, or when the call reads its results back before it
     returns (``results_read``: NumPy out, whose read waits for every command, these copies

@@ -19,7 +19,7 @@
 #error "storage.cl converts 16-bit storage: compile it with PYRNN_DTYPE 3 or 4"
 #endif
 
-/* the slots the kernels below spell out; the host passes its own count (pyrnn_cl._arrays.
+/* the slots EACH_SLOT_* below spell out; the host passes its own count (pyrnn_cl._arrays.
  * CONVERT_SLOTS), so the two cannot disagree silently */
 #if CONVERT_SLOTS != 8
 #error "storage.cl spells out 8 conversion slots: build it with -DCONVERT_SLOTS=8"
@@ -37,21 +37,21 @@
 #define DO8(CONV, k) if (i < n8_##k) CONV(i, s##k + so##k, d##k + do##k)
 #define DO1(CONV, k) if (i < n1_##k) CONV(first##k + i, s##k + so##k, d##k + do##k)
 
-#define CONVERT_KERNELS(NAME, ST, DT, CONV8, CONV1)                                             \
-__kernel void NAME##8(SLOT8(ST, DT, 0), SLOT8(ST, DT, 1), SLOT8(ST, DT, 2), SLOT8(ST, DT, 3),  \
-                      SLOT8(ST, DT, 4), SLOT8(ST, DT, 5), SLOT8(ST, DT, 6), SLOT8(ST, DT, 7))  \
+/* the CONVERT_SLOTS slots, spelled out once: a kernel's parameters and its statements */
+#define EACH_SLOT_PARAM(SLOT, ST, DT) SLOT(ST, DT, 0), SLOT(ST, DT, 1), SLOT(ST, DT, 2), \
+    SLOT(ST, DT, 3), SLOT(ST, DT, 4), SLOT(ST, DT, 5), SLOT(ST, DT, 6), SLOT(ST, DT, 7)
+#define EACH_SLOT_DO(DO, CONV) DO(CONV, 0); DO(CONV, 1); DO(CONV, 2); DO(CONV, 3); \
+    DO(CONV, 4); DO(CONV, 5); DO(CONV, 6); DO(CONV, 7)
+
+#define CONVERT_KERNEL(NAME, SLOT, DO, ST, DT, CONV)                                            \
+__kernel void NAME(EACH_SLOT_PARAM(SLOT, ST, DT))                                              \
 {                                                                                              \
     const long i = get_global_id(0);                                                           \
-    DO8(CONV8, 0); DO8(CONV8, 1); DO8(CONV8, 2); DO8(CONV8, 3);                                \
-    DO8(CONV8, 4); DO8(CONV8, 5); DO8(CONV8, 6); DO8(CONV8, 7);                                \
-}                                                                                              \
-__kernel void NAME##1(SLOT1(ST, DT, 0), SLOT1(ST, DT, 1), SLOT1(ST, DT, 2), SLOT1(ST, DT, 3),  \
-                      SLOT1(ST, DT, 4), SLOT1(ST, DT, 5), SLOT1(ST, DT, 6), SLOT1(ST, DT, 7))  \
-{                                                                                              \
-    const long i = get_global_id(0);                                                           \
-    DO1(CONV1, 0); DO1(CONV1, 1); DO1(CONV1, 2); DO1(CONV1, 3);                                \
-    DO1(CONV1, 4); DO1(CONV1, 5); DO1(CONV1, 6); DO1(CONV1, 7);                                \
+    EACH_SLOT_DO(DO, CONV);                                                                    \
 }
+#define CONVERT_KERNELS(NAME, ST, DT, CONV8, CONV1)                                             \
+    CONVERT_KERNEL(NAME##8, SLOT8, DO8, ST, DT, CONV8)                                         \
+    CONVERT_KERNEL(NAME##1, SLOT1, DO1, ST, DT, CONV1)
 
 /* pyrnn_widen8, pyrnn_widen1: float32 from storage; pyrnn_narrow8, pyrnn_narrow1: storage from
  * float32, rounded to nearest even */
