@@ -272,7 +272,8 @@ def test_non_contiguous_numpy_is_copied(device):
 def test_numpy_inputs_may_change_once_the_call_returns(device):
     """An op with device-array outputs returns before the device has finished: an upload from
     the caller's own NumPy memory must have read it by then (the caller may reuse the buffer
-    at once), while an upload from a private converted copy may still be in flight. Slow work
+    at once), while an upload from a private converted copy may still be in flight. An op with
+    NumPy outputs queues its uploads without waiting; its read-back waits for them. Slow work
     queued first holds the uploads back."""
     from pyrnn_cl._arrays import _upload
 
@@ -285,7 +286,7 @@ def test_numpy_inputs_may_change_once_the_call_returns(device):
                  a["bias"].astype(np.float64)):
         want = user.astype(F32)
         rc.lstm(**big)                              # queued, still running
-        d = _upload(device.queue, user, F32)
+        d = _upload(device.queue, user, F32, results_read=False)
         user[...] = np.nan                          # the caller reuses its buffer at once
         np.testing.assert_array_equal(d.get(), want)
     # and through an op
@@ -298,6 +299,12 @@ def test_numpy_inputs_may_change_once_the_call_returns(device):
         if isinstance(v, np.ndarray):
             v[...] = np.nan
     np.testing.assert_allclose(out.get(), ref, rtol=1e-6, atol=1e-6)
+    rc.lstm(**big)
+    numpy_in = {k: v.copy() for k, v in a.items()}
+    out = rc.lstm(**numpy_in, device=device)[0]                            # NumPy out
+    for v in numpy_in.values():
+        v[...] = np.nan
+    np.testing.assert_array_equal(out, ref)
 
 
 def test_device_arrays_contiguity_and_context(device):
