@@ -305,6 +305,7 @@ class Recurrence:
         # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self.ks = plan.ks
         self.bwd_rows = plan.bwd_rows
         self._programs: dict[tuple, Program] = {}
         self._check_memory(backward=False)
@@ -345,6 +346,8 @@ class Recurrence:
         if prog is None:
             defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw,
                        "REC_NB": self.nb}
+            if self.ks > 1:
+                defines["REC_KS"] = self.ks
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
@@ -358,9 +361,13 @@ class Recurrence:
     def _step_grid(self, width):
         """``(global, local)`` of a step kernel over ``width`` units: dimension 0 runs over
         groups of ``nb`` batch rows, dimension 1 over vectors of ``vw`` units of every
-        direction. Work-items of one group share the weight slab of their units."""
+        direction. Work-items of one group share the weight slab of their units. With
+        ``ks`` > 1 each tile is a work-group of ``ks`` work-items along dimension 0 that split
+        its products (``REC_KS`` in ``cl/recurrence.cl``)."""
         groups = (self.N + self.nb - 1) // self.nb
-        grid = (groups, self.D * (width // self.vw))
+        grid = (groups * self.ks, self.D * (width // self.vw))
+        if self.ks > 1:
+            return grid, (self.ks, 1)
         if not self.wg:
             return grid, None
         wg0 = max(d for d in range(1, min(self.wg, groups) + 1) if groups % d == 0)

@@ -91,6 +91,7 @@ class LayerPlan:
     vw: int = 1              # units per work-item
     nb: int = 1              # batch rows per work-item
     wg: int = 0              # work-items per group along the batch groups (0: the driver's)
+    ks: int = 1              # work-items sharing a tile's products (a work-group each when > 1)
     fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
 
     @classmethod
@@ -104,12 +105,13 @@ class LayerPlan:
         vw = _vector_width(limit, H, *((P,) if P else ()))
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
-        fused = (not P and not cell.two_phase
+        ks = max(1, int(tuning.get("REC_KS", 1)))
+        fused = (ks == 1 and not P and not cell.two_phase
                  and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * dtype.itemsize,
                                           D * ((N + nb - 1) // nb)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
-                   wg=max(0, int(tuning["REC_WG"])), fused=fused)
+                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused)
 
     # -- shapes -----------------------------------------------------------------------------
 

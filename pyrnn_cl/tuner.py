@@ -256,6 +256,11 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
         values = {vw * f for f in (1, 2, 4, 8)} | {current[name]}
     if name.endswith("_WG") or name == "REC_WG":
         values = {v for v in values if v <= tuning.clamp_work_group(info, v)}
+    if name == "REC_KS":
+        # a work-group per tile with barriers between lanes: for devices that run lock-step
+        # lanes (GPUs); a CPU work-item already streams its slab with whole vectors
+        values = ({1} if _cpu_like(device) else
+                  {v for v in values if v <= tuning.clamp_work_group(info, v)}) | {current[name]}
     if name == "REC_WG" and device.profile.specialises_per_local_size:
         values &= {0, 1, current[name]}
     return sorted(v for v in values if param.low <= v <= param.high)

@@ -113,7 +113,9 @@ SPACE: dict[str, tuple[Param, ...]] = {
     "recurrence": (
         Param("REC_VW", VECTOR_WIDTHS, 1, 16, "float32 units per work-item (a vector)"),
         Param("REC_VW_F64", VECTOR_WIDTHS, 1, 16, "the same for float64"),
-        Param("REC_NB", (1, 2, 4, 8), 1, 16, "batch rows per work-item"),
+        Param("REC_NB", (1, 2, 4, 8), 1, 16, "batch rows per tile"),
+        Param("REC_KS", (1, 4, 8, 16, 32, 64), 1, 256,
+              "work-items sharing a tile's products (a power of two; a work-group each)"),
         Param("REC_WG", (0, 1, 2, 4, 8, 16, 32, 64), 0, 4096,
               "work-items per group along the batch groups (0: the driver chooses)",
               compiled=False),
@@ -195,7 +197,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
         cache = int(info.global_mem_cache_size or 0)
         recurrence = {
-            "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4,
+            "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4, "REC_KS": 1,
             # one work-item per group: one local size, one specialisation per kernel
             "REC_WG": 1 if fixed else 0,
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
@@ -221,7 +223,10 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
                 "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30}
         gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2)
+        # a tile's products split over one lock-step width of work-items (REC_KS), so a step
+        # has enough work-items to fill the device and each reads consecutive weights
         recurrence = {"REC_VW": 4, "REC_VW_F64": 2, "REC_NB": 2, "REC_WG": 0,
+                      "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
                       "REC_BWD_ROWS": 8192}
         reduce = {"REDUCE_VW": 4, "REDUCE_NV": 1, "REDUCE_WG": clamp_work_group(info, 2 * simd)}
@@ -244,6 +249,8 @@ def valid_values(family: str, values: dict) -> dict[str, int]:
             raise ValueError(f"{family}.{name}: expected an integer, got {value!r}")
         if not param.low <= value <= param.high:
             raise ValueError(f"{family}.{name}: {value} is outside [{param.low}, {param.high}]")
+        if name == "REC_KS" and value & (value - 1):
+            raise ValueError(f"{family}.{name}: {value} is not a power of two")
         if param.choices == VECTOR_WIDTHS and value not in VECTOR_WIDTHS:
             raise ValueError(f"{family}.{name}: {value} is not a vector width {VECTOR_WIDTHS}")
         out[name] = value

@@ -30,7 +30,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers.compare import F32_TOL, F64_TOL
 from helpers.cudnn import H_, I_, N_, P_, T_, assert_rel, cast, fwd_bwd, problem, rel, upstream
-from helpers.device import needs_fp64
+from helpers.device import needs_fp64, override_tuning
 from pyrnn_cl.programs import get_program
 from reference import cudnn_ref as ref
 from reference import fd
@@ -244,6 +244,29 @@ def test_lengths(device, mode, D, tm):
                 assert_rel(grads[i], t_grads[i], F64_TOL, f"gradient {i} vs torch packed")
             assert_rel(grads[3], ref.canonical_to_params(L, H_, I_, t_grads[3], t_grads[4],
                                                             **kw), F64_TOL, "params vs torch")
+
+
+@pytest.mark.parametrize("ks", [4, 32])
+@pytest.mark.parametrize("mode", ["lstm_proj", "gru", "rnn_tanh"])
+def test_split_products(device, monkeypatch, mode, ks):
+    """Every step kernel with its products split over REC_KS work-items (a GPU's default):
+    the projection's forward and backward kernels, the reset-after GRU's hn product, lengths
+    with a 0 and bidirectional layers give cudnn_ref's answer."""
+    needs_fp64(device)
+    override_tuning(device, monkeypatch, REC_KS=ks, REC_NB=2, REC_VW=2, REC_VW_F64=2)
+    P = P_ if mode == "lstm_proj" else 0
+    mode = "lstm" if mode == "lstm_proj" else mode
+    L, D, N = 2, 2, 5
+    x, h0, c0, params, kw = problem(mode, L, D, P, N=N, time_major=True, seed=ks)
+    lens = np.array([3, 0, 5, 1, 4])
+    up = upstream([(T_, N, D * (P or H_)), h0.shape, c0.shape if mode == "lstm" else None], ())
+    out, grads = fwd_bwd(device, x, h0, c0, params, lens, up, kw, time_major=True)
+    r_out = ref.cudnn_rnn_forward(x, h0, c0, params, lens, time_major=True, **kw)
+    r_grads = ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, time_major=True, **kw)
+    for i in range(3):
+        assert_rel(out[i], r_out[i], F64_TOL, f"REC_KS={ks}: output {i}")
+    for i in range(4):
+        assert_rel(grads[i], r_grads[i], F64_TOL, f"REC_KS={ks}: gradient {i}")
 
 
 def test_output_backprop_ignored_past_length(device):

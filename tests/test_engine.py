@@ -4,8 +4,9 @@
 * hidden sizes that no vector width divides (1, 3, 33) and batch sizes that no rows-per-work-item
   count divides (1, 5, 13), float32 and float64, every cell (single gate, LSTM with peepholes,
   two-phase reset-before GRU, reset-after GRU with its hidden-side bias), bidirectional;
-* the tuning knobs: ``REC_VW`` = 1 / 4 / 16 and ``REC_NB`` = 1 / 3 / 8 (set through a patched
-  ``device.tuning``) all give the float64 reference's answer, and each other's;
+* the tuning knobs: ``REC_VW`` = 1 / 4 / 16, ``REC_NB`` = 1 / 3 / 8 and products split over
+  ``REC_KS`` = 4 / 32 work-items (set through a patched ``device.tuning``) all give the float64
+  reference's answer, and each other's;
 * vector widths chosen by the default tuning (float32 8 and 2);
 * per-row sequence lengths (``has_len``: 0, T and values between, unsorted) through the engine
   API itself, with final states, against the reference run row by row (pitfalls A7-A9);
@@ -74,31 +75,34 @@ def test_default_vector_widths_float32(device, cell, H, N):
 # Tuning overrides
 
 
-TUNINGS = [  # (REC_VW, REC_NB, REC_WG): every VW of 1/4/16 and every NB of 1/3/8 appears
-    (1, 3, 0),
-    (4, 8, 2),
-    (16, 1, 0),
+TUNINGS = [  # (REC_VW, REC_NB, REC_WG, REC_KS): every VW of 1/4/16 and NB of 1/3/8 appears;
+    (1, 3, 0, 1),  # KS = 4 splits each product in four, KS = 32 leaves lanes without a term
+    (4, 8, 2, 1),   # (K = 16, and G*H = 48 rows of the backward's product)
+    (16, 1, 0, 1),
+    (4, 3, 0, 4),
+    (2, 1, 0, 32),
 ]
 
 
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
-    """REC_VW = 1 / 4 / 16 and REC_NB = 1 / 3 / 8 (H = 16, N = 13: neither divides N) give the
-    float64 reference's answer and agree with each other to 1e-12."""
+    """REC_VW = 1 / 4 / 16, REC_NB = 1 / 3 / 8 (H = 16, N = 13: neither divides N) and REC_KS
+    = 4 / 32 give the float64 reference's answer and agree with each other to 1e-12."""
     needs_fp64(device)
     results = []
-    for vw, nb, wg in TUNINGS:
-        override_tuning(device, monkeypatch, REC_VW=vw, REC_VW_F64=vw, REC_NB=nb, REC_WG=wg)
+    for vw, nb, wg, ks in TUNINGS:
+        override_tuning(device, monkeypatch, REC_VW=vw, REC_VW_F64=vw, REC_NB=nb, REC_WG=wg,
+                        REC_KS=ks)
         rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
                                 T=5, N=13, H=16)
-        assert (rec.vw, rec.nb) == (vw, nb), "the engine must use the tuning values"
+        assert (rec.vw, rec.nb, rec.ks) == (vw, nb, ks), "the engine must use the tuning values"
         results.append(_check(device, cell, S.Shape("tuned", T=5, N=13, I=3, H=16),
                               np.float64, seed=7))
     override_tuning(device, monkeypatch)       # the profile's own values again
     (out0, grads0) = results[0]
-    for (vw, nb, _), (out, grads) in zip(TUNINGS[1:], results[1:]):
+    for (vw, nb, _, ks), (out, grads) in zip(TUNINGS[1:], results[1:]):
         for a, b in zip(out + grads, out0 + grads0):
-            assert_close(a, b, what=f"REC_VW={vw} REC_NB={nb} vs REC_VW=1", tol=1e-12)
+            assert_close(a, b, what=f"REC_VW={vw} REC_NB={nb} REC_KS={ks} vs REC_VW=1", tol=1e-12)
 
 
 # =================================================================================================

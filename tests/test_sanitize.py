@@ -15,7 +15,7 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_fwd_seq`` with the input product, ``pyrnn_bwd_seq``,
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
-cells; gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` (one and two passes);
+cells, also with products split over work-groups (``REC_KS``); gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` (one and two passes);
 util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_mul``); dropout
 (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
@@ -130,6 +130,33 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
              init_state=_r(rng, N, 2 * H), secondary_bias=_r(rng, 2 * H))
     _mps("gru", device, g, rc.GRUDescriptor(bidirectional=True, reset_after=True, flip_z=True,
                                             training=True))
+
+
+def test_split_products_over_work_groups(device, monkeypatch):
+    """Step kernels whose products are split over REC_KS = 4 work-items (a work-group per tile,
+    sums through local memory with barriers: what GPUs run): a two-phase GRU (``pyrnn_fwd_b``,
+    ``pyrnn_bwd_b``), H = 12 (K = 12 terms: three per lane), N = 5 (a row-block tail), and a
+    bidirectional LSTM with a projection and lengths (``pyrnn_proj``, ``pyrnn_bwd_proj``)
+    through the cuDNN dialect."""
+    override_tuning(device, monkeypatch, REC_VW=2, REC_VW_F64=2, REC_NB=2, REC_KS=4)
+    rng = np.random.default_rng(9)
+    T, N, I, H = 3, 5, 4, 12
+    g = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 3 * H, H, scale=0.3),
+             input_weight=_r(rng, 3 * H, I), bias=_r(rng, 3 * H), init_state=_r(rng, N, H))
+    _mps("gru", device, g, rc.GRUDescriptor(reset_after=False, training=True))
+    L, D, H, P = 1, 2, 6, 4
+    x = _r(rng, T, N, I)
+    h0, c0 = _r(rng, L * D, N, P), _r(rng, L * D, N, H)
+    params = _r(rng, cudnn.cudnn_rnn_params_size(L, H, I, rnn_mode="lstm", num_proj=P,
+                                                direction="bidirectional"), scale=0.3)
+    kw = dict(rnn_mode="lstm", num_proj=P, direction="bidirectional")
+    lens = np.array([3, 1, 0, 2, 3])
+    out = rc.cudnn_rnn(x, h0, c0, params, lens, device=device, **kw)
+    _all_close(out[:3], C.cudnn_rnn_forward(x, h0, c0, params, lens, **kw), "cudnn_rnn proj")
+    up = (_r(rng, T, N, D * P), _r(rng, L * D, N, P), _r(rng, L * D, N, H))
+    got = rc.cudnn_rnn_backprop(x, h0, c0, params, lens, *out[:3], *up, *out[3:], device=device,
+                                **kw)
+    _all_close(got, C.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw), "cudnn backprop")
 
 
 def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):

@@ -106,7 +106,7 @@ def test_kernel_source_defaults_are_the_derived_ones():
             else:
                 assert ints == [derived[f32][key]], (name, key)
             checked += 1
-    assert checked == 11
+    assert checked == 12
 
 
 @pytest.mark.parametrize("info", ZOO, ids=lambda i: i.name)
@@ -153,7 +153,10 @@ def test_derived_defaults_differ_where_the_devices_do():
     assert neon["REC_SEQ_STREAM_BYTES"] == 1 << 20
     # PoCL specialises per local size: one fixed local size; others let the driver choose
     assert avx2["recurrence"]["REC_WG"] == 1
-    assert tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))["recurrence"]["REC_WG"] == 0
+    h100 = tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))["recurrence"]
+    assert h100["REC_WG"] == 0
+    # a GPU splits a tile's products over one warp; a CPU work-item owns its tile
+    assert h100["REC_KS"] == 32 and avx2["recurrence"]["REC_KS"] == 1
 
 
 def test_reported_lock_step_width_wins_over_the_profile():

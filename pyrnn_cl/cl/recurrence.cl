@@ -16,11 +16,15 @@
  * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
  * t >= len[n] are skipped: zero outputs; h[t-1] of a row is y[t-1] if that step was valid, else h0.
  *
- * Work split of every step kernel: global (ceil(N/NB), D*W/VW); a work-item owns VW consecutive
- * units of one direction for NB batch rows and keeps NB x gates vector accumulators (the register
- * tile) while it streams its contiguous weight slab once. Tunables (devices/<vendor>.py TUNING
- * "recurrence"): REC_VW vector width, REC_NB batch rows per work-item, REC_WG work-items per
- * group along dimension 0 (host only).
+ * Work split of every step kernel: global (ceil(N/NB) * KS, D*W/VW); a tile of VW consecutive
+ * units of one direction for NB batch rows keeps NB x gates vector accumulators (the register
+ * tile) while it streams its contiguous weight slab once. With REC_KS = 1 (CPUs) one work-item
+ * owns a tile; with REC_KS > 1 (GPUs) a work-group of KS work-items, local size (KS, 1), shares
+ * it: lane l takes the product's terms l, l + KS, ... (neighbouring lanes read neighbouring
+ * weights and inputs), a tree in local memory sums the lanes' accumulators (lane_sum), and lane
+ * 0 alone runs the cell maths and writes. Tunables (pyrnn_cl/tuning.py SPACE "recurrence"):
+ * REC_VW vector width, REC_NB batch rows per tile, REC_KS lanes per tile, REC_WG work-items per
+ * group along dimension 0 when REC_KS = 1 (host only).
  *
  * ---- The cell contract ------------------------------------------------------------------------
  * A cell file (cl/cells/<cell>.cl, or one registered with pyrnn_cl.register_cell) holds only
@@ -118,6 +122,12 @@
 #ifndef REC_NB
 #define REC_NB 4            /* batch rows per work-item */
 #endif
+#ifndef REC_KS
+#define REC_KS 1            /* work-items sharing a tile's products (a power of two) */
+#endif
+#if REC_KS < 1 || (REC_KS & (REC_KS - 1))
+#error "REC_KS must be a power of two"
+#endif
 #ifndef GATE_BLK_0
 #define GATE_BLK_0 0        /* user block holding canonical gate slot 0 */
 #endif
@@ -179,6 +189,56 @@ PYRNN_FUNC int wi_bound(int n)
 {
     return get_local_id(0) > (size_t)0x7fffffff ? 0 : n;
 }
+
+/* The tile's batch-row group (dimension 0 counts REC_KS work-items per group) and this
+ * work-item's lane in it: the first term of the product it sums, in steps of REC_KS. */
+PYRNN_FUNC int row_group(void)
+{
+    return REC_KS > 1 ? (int)(get_global_id(0) / REC_KS) : (int)get_global_id(0);
+}
+
+PYRNN_FUNC int k_lane(void)
+{
+    return REC_KS > 1 ? (int)(get_local_id(0) % REC_KS) : 0;
+}
+
+#if REC_KS > 1
+/* The local buffer a kernel passes to lane_sum: room for the largest tile, REC_NB x gates
+ * vectors of each of the REC_KS lanes (a work-group is one tile). */
+#define LANE_BUF __local realV lane_buf[REC_NB * CELL_G * REC_KS]
+#define LANE_SUM(v, count) lane_sum(v, count, lane_buf)
+
+/* v[0 .. count) summed over the lanes of the tile; every lane gets the sums. A fixed tree (the
+ * result does not depend on timing); count is a constant after inlining, so v stays in
+ * registers. Every lane of the work-group must call it. */
+PYRNN_FUNC void lane_sum(realV *v, const int count, __local realV *buf)
+{
+    const int lane = k_lane();
+    PYRNN_UNROLL
+    for (int i = 0; i < count; ++i) buf[i * REC_KS + lane] = v[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = REC_KS / 2; w > 0; w >>= 1) {
+        if (lane < w) {
+            PYRNN_UNROLL
+            for (int i = 0; i < count; ++i) buf[i * REC_KS + lane] += buf[i * REC_KS + lane + w];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    PYRNN_UNROLL
+    for (int i = 0; i < count; ++i) v[i] = buf[i * REC_KS];
+    barrier(CLK_LOCAL_MEM_FENCE);       /* the buffer may be used again */
+}
+#define LANE_PARAM , __local realV *lane_buf
+#define LANE_ARG , lane_buf
+/* lanes other than 0 leave after the last sum (a helper's return: the caller's barriers stay) */
+#define LANES_DONE() if (k_lane() != 0) return
+#else
+#define LANE_BUF
+#define LANE_SUM(v, count)
+#define LANE_PARAM
+#define LANE_ARG
+#define LANES_DONE()
+#endif
 
 PYRNN_FUNC int gate_blk(int k)
 {
@@ -290,7 +350,7 @@ PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *c
         for (int k = 0; k < CELL_G; ++k) a[b][k] = VZERO;
     }
     const int m_end = wi_bound(K);
-    for (int m = 0; m < m_end; ++m) {
+    for (int m = k_lane(); m < m_end; m += REC_KS) {
         realV w[CELL_G];
         PYRNN_UNROLL
         for (int k = 0; k < CELL_G; ++k)
@@ -331,7 +391,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
         a1[b] = VZERO;
     }
     const int pairs = wi_bound(nrows / 2);
-    for (int i = 0; i < pairs; ++i) {
+    for (int i = k_lane(); i < pairs; i += REC_KS) {
         const realV w0 = LOADV(slab + (long)(2 * i) * REC_VW);
         const realV w1 = LOADV(slab + (long)(2 * i + 1) * REC_VW);
         PYRNN_UNROLL
@@ -340,7 +400,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
             a1[b] = fma((realV)(x[b][2 * i + 1]), w1, a1[b]);
         }
     }
-    if (nrows & 1) {
+    if ((nrows & 1) && k_lane() == 0) {
         const realV w0 = LOADV(slab + (long)(nrows - 1) * REC_VW);
         PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) a0[b] = fma((realV)(x[b][nrows - 1]), w0, a0[b]);
@@ -364,7 +424,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
 
 /* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
-                         const int s, FWD_PARAMS)
+                         const int s, FWD_PARAMS LANE_PARAM)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
@@ -377,7 +437,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     __global const real *crow[REC_NB];   /* c[t-1] (cs row or c0) */
     int nrow[REC_NB], valid[REC_NB];
     for (int b = 0; b < REC_NB; ++b) {
-        const int n = get_global_id(0) * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
+        const int n = row_group() * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
         const int tp = prev_time(t, rev, len, T);
         nrow[b] = n;
         valid[b] = n < N && t < len;
@@ -391,6 +451,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
     __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
     packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
+    LANE_SUM(&acc[0][0], REC_NB * CELL_G);
 #if HAS_XW
     /* the input side x[t] W^T of every gate, from the source rows [T][N][I] and W packed like R
      * (its own accumulators: a GRU keeps the input and hidden sides apart) */
@@ -402,7 +463,9 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     }
     packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
                    0, CELL_G, 0);
+    LANE_SUM(&accx[0][0], REC_NB * CELL_G);
 #endif
+    LANES_DONE();
 
     for (int b = 0; b < REC_NB; ++b) {
         const int n = nrow[b];
@@ -460,7 +523,8 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
 __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, FWD_PARAMS)
 {
-    fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS);
+    LANE_BUF;
+    fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
 }
 
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
@@ -470,8 +534,9 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
 __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
                             const int steps, FWD_PARAMS)
 {
+    LANE_BUF;
     for (int s = 0; s < steps; ++s) {
-        fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS);
+        fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
@@ -496,27 +561,30 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
     __global const real *hrow[REC_NB];
     int nrow[REC_NB], valid[REC_NB];
     for (int b = 0; b < REC_NB; ++b) {
-        const int n = get_global_id(0) * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
+        const int n = row_group() * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
         const int tp = prev_time(t, rev, len, T);
         nrow[b] = n;
         valid[b] = n < N && t < len;
         rrow[b] = hs + ((long)d * N + nn) * H;
         hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, H) : h0 + d * h0_sd + nn * h0_sn;
     }
-    realV acc[REC_NB][CELL_G];
-    for (int b = 0; b < REC_NB; ++b) acc[b][0] = VZERO;
+    LANE_BUF;
+    realV acc[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) acc[b] = VZERO;
     __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * H * CELL_G * REC_VW;
     /* hs already holds h[t-1] . r . m */
-    for (int m = 0; m < H; ++m) {
+    for (int m = k_lane(); m < H; m += REC_KS) {
         const realV w = LOADV(slab + ((long)m * CELL_G + CELL_GA) * REC_VW);
-        for (int b = 0; b < REC_NB; ++b) acc[b][0] = fma((realV)(rrow[b][m]), w, acc[b][0]);
+        for (int b = 0; b < REC_NB; ++b) acc[b] = fma((realV)(rrow[b][m]), w, acc[b]);
     }
+    LANE_SUM(acc, REC_NB);
+    LANES_DONE();
     for (int b = 0; b < REC_NB; ++b) {
         const int n = nrow[b];
         if (n >= N || !valid[b]) continue;
         const long g_off = seq_off(t, n, d, N, D, GH);
         const int blk_o = gate_blk(CELL_GA) * H + j;
-        realV gh_o = acc[b][0];
+        realV gh_o = acc[b];
 #if HAS_HB
         gh_o += LOADV(hb + hb_off + d * hb_sd + blk_o);
 #endif
@@ -541,19 +609,22 @@ __kernel void pyrnn_proj(const int T, const int N, const int H, const int P, con
     const int d = get_global_id(1) / PV, p = (get_global_id(1) % PV) * REC_VW;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
+    LANE_BUF;
     realV acc[REC_NB];
     __global const real *hrow[REC_NB];
     for (int b = 0; b < REC_NB; ++b) {
         acc[b] = VZERO;
-        hrow[b] = hs + seq_off(t, min((int)(get_global_id(0) * REC_NB + b), N - 1), d, N, D, H);
+        hrow[b] = hs + seq_off(t, min((int)(row_group() * REC_NB + b), N - 1), d, N, D, H);
     }
     __global const real *slab = wpk + (long)(d * PV + p / REC_VW) * H * REC_VW;
-    for (int m = 0; m < H; ++m) {
+    for (int m = k_lane(); m < H; m += REC_KS) {
         const realV w = LOADV(slab + (long)m * REC_VW);
         for (int b = 0; b < REC_NB; ++b) acc[b] = fma((realV)(hrow[b][m]), w, acc[b]);
     }
+    LANE_SUM(acc, REC_NB);
+    LANES_DONE();
     for (int b = 0; b < REC_NB; ++b) {
-        const int n = get_global_id(0) * REC_NB + b;
+        const int n = row_group() * REC_NB + b;
         if (n >= N) continue;
         const int valid = t < row_len(lens, n, T);
         STOREV(valid ? acc[b] : VZERO, y + seq_off(t, n, d, N, D, P) + p);
@@ -577,7 +648,7 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
                                 __global const int *lens)
 {
     bwd_row r;
-    r.n = get_global_id(0) * REC_NB + b;
+    r.n = row_group() * REC_NB + b;
     r.len = row_len(lens, min(r.n, N - 1), T);
     if (s < 0) {
         r.valid = r.n < N;
@@ -608,6 +679,7 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     const int d = get_global_id(1) / PV, p = (get_global_id(1) % PV) * REC_VW;
     const int rev = (rev_mask >> d) & 1;
     const int t = s < 0 ? -1 : (rev ? T - 1 - s : s);
+    LANE_BUF;
     bwd_row row[REC_NB];
     __global const real *src[REC_NB];
     int ok[REC_NB];
@@ -620,6 +692,8 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
         acc[b] = VZERO;
     }
     column_product(acc, src, 0, rt + (long)(d * PV + p / REC_VW) * GH * REC_VW, GH);
+    LANE_SUM(acc, REC_NB);
+    LANES_DONE();
     for (int b = 0; b < REC_NB; ++b) {
         const int n = row[b].n;
         if (n >= N) continue;
@@ -659,7 +733,7 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 /* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
 PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
-                         const int s, BWD_PARAMS)
+                         const int s, BWD_PARAMS LANE_PARAM)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
@@ -696,6 +770,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     for (int k = 0; k < CELL_GA; ++k)
         column_product(acc, src, gate_blk(k) * H, slab + (long)gate_blk(k) * H * REC_VW, H);
 #endif
+    LANE_SUM(acc, REC_NB);
 
     /* h[t-1] of each row: input of the recurrent product (for GRU's hn and its direct path) */
     __global const real *hrow[REC_NB];
@@ -710,11 +785,15 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     }
 #if CELL_NEEDS_HN
     realV hn[REC_NB][CELL_G];
-    for (int b = 0; b < REC_NB; ++b) hn[b][0] = VZERO;
-    if (s >= 0)
+    for (int b = 0; b < REC_NB; ++b)
+        for (int k = 0; k < CELL_G; ++k) hn[b][k] = VZERO;
+    if (s >= 0) {    /* (s is the same on every lane: all or none call lane_sum) */
         packed_product(hn, hrow, mrows, rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW,
                        K, CELL_HN_SLOT, 1, 1);
+        LANE_SUM(&hn[0][0], REC_NB * CELL_G);
+    }
 #endif
+    LANES_DONE();
 
     for (int b = 0; b < REC_NB; ++b) {
         const int n = row[b].n;
@@ -815,7 +894,8 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, BWD_PARAMS)
 {
-    bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS);
+    LANE_BUF;
+    bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
 }
 
 /* A chunk of the backward in one launch: steps s_hi-1 .. s_last (s_lo, or -1 in the last chunk:
@@ -824,8 +904,9 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
 __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
                             const int s_last, BWD_PARAMS)
 {
+    LANE_BUF;
     for (int s = s_hi - 1; s >= s_last; --s) {
-        bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS);
+        bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
@@ -846,6 +927,7 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
     const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
+    LANE_BUF;
     bwd_row row[REC_NB];
     __global const real *src[REC_NB];
     int ok[REC_NB];
@@ -858,6 +940,8 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
     }
     const int blk_o = gate_blk(CELL_GA) * H;
     column_product(q, src, blk_o, rt + ((long)(d * HV + j / REC_VW) * GH + blk_o) * REC_VW, H);
+    LANE_SUM(q, REC_NB);
+    LANES_DONE();
     for (int b = 0; b < REC_NB; ++b) {
         if (!ok[b]) continue;
         const int n = row[b].n;

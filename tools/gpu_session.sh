@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs pyrnn_cl on a lent NVIDIA GPU machine (the developers' device tool; never CI). That
+# machine has CUDA, PyTorch with cuDNN and NVIDIA's driver, but no pyopencl and no ICD file:
+# pyopencl and its pure-Python needs travel as wheels in .whl/ (DEVELOPERS' note in
+# docs/platforms.md, "Running on a lent GPU"), and the ICD file is written here, naming the
+# driver's libnvidia-opencl.so.1 wherever the image mounts it.
+#
+#   bash tools/gpu_session.sh STAGE...     (stages run in order; each logs to $OUT/STAGE.log)
+#
+# Stages: probe (driver, OpenCL platforms, `pyrnn-cl devices`), selftest, tests (the suite on
+# the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, derived defaults, JSON to
+# $OUT), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT), benchtuned (the GPU tier
+# again, tuned entry in use), quick (three GPU-tier configurations only).
+# Environment: TUNE_BUDGET (seconds, default 240), BENCH_CONFIGS (comma list, default the tier),
+# TEST_ARGS (pytest arguments, default the non-slow suite on 8 workers).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+lib=$(ldconfig -p | awk '/libnvidia-opencl\.so\.1/ {print $NF; exit}')
+[ -n "$lib" ] || lib=$(find / -xdev -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
+[ -n "$lib" ] || lib=$(find /usr/local/nvidia /usr/lib* -name 'libnvidia-opencl.so*' 2>/dev/null | head -1)
+if [ -z "$lib" ]; then
+  echo "no libnvidia-opencl on this machine"; exit 3
+fi
+mkdir -p /tmp/icd && echo "$lib" > /tmp/icd/nvidia.icd
+export OCL_ICD_VENDORS=/tmp/icd
+export PYRNN_CL_DEVICE=${PYRNN_CL_DEVICE:-nvidia}
+
+stage() {  # stage NAME TIMEOUT COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name ($(date +%T), limit ${limit}s)"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name rc=$rc"
+  tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+
+for s in "$@"; do
+  case $s in
+    probe)
+      stage probe 120 bash -c 'echo lib='"$lib"'; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv;
+        nproc; lscpu | grep "Model name"; python3 -c "import torch; print(torch.__version__, torch.backends.cudnn.version())";
+        python3 -m pyrnn_cl devices' ;;
+    selftest)
+      stage selftest 150 python3 -m pyrnn_cl selftest --device nvidia ;;
+    tests)
+      # shellcheck disable=SC2086
+      PYRNN_CL_TEST=nvidia stage tests "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider \
+        ${TEST_ARGS:-tests -m "not slow" -n 8 --maxfail=50} ;;
+    bench)
+      stage bench 540 python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
+        ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/bench.json" ;;
+    quick)
+      stage quick 150 python3 -m pyrnn_cl bench --torch-device cuda --no-progress \
+        --configs gpu-lstm-512x16,gpu-lstm-1024x32,gpu-gru-512x32 --json "$OUT/quick.json" ;;
+    tune)
+      stage tune $(( ${TUNE_BUDGET:-240} + 120 )) python3 -m pyrnn_cl tune --no-progress \
+        --budget "${TUNE_BUDGET:-240}" ${TUNE_CONFIGS:+--configs $TUNE_CONFIGS}
+      cp -r ~/.cache/pyrnn_cl/tuning/*.json "$OUT/" 2>/dev/null ;;
+    benchtuned)
+      stage benchtuned 540 python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
+        ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/benchtuned.json" ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
