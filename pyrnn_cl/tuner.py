@@ -40,7 +40,8 @@ import numpy as np
 from . import tuning
 from .errors import TuningWarning
 
-__all__ = ["tune", "autotune", "main", "DEFAULT_CONFIGS", "DEFAULT_BUDGET", "AUTOTUNE_BUDGET"]
+__all__ = ["tune", "autotune", "main", "DEFAULT_CONFIGS", "GPU_CONFIGS", "DEFAULT_BUDGET",
+           "AUTOTUNE_BUDGET", "default_configs"]
 
 DEFAULT_BUDGET = 300.0
 AUTOTUNE_BUDGET = 60.0
@@ -49,6 +50,8 @@ AUTOTUNE_BUDGET = 60.0
 #: and a large LSTM (H = 1024), so that a value that helps small layers and hurts large ones is
 #: not adopted (an entry holds one value per device for every shape)
 DEFAULT_CONFIGS = ("tiny-latency", "db-charlm", "db-mt-512x16", "gru-512x16", "db-mt-1024x32")
+#: ... on a GPU: shapes of the GPU tier from latency-bound (one step, batch 1) to H = 1024, N = 32
+GPU_CONFIGS = ("gpu-lstm-512x16", "gpu-lstm-1024x32", "gpu-gru-512x32", "gpu-inf-1024x1")
 AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
 #: share of the budget per family (what one family leaves unused goes to the next)
@@ -443,16 +446,22 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
     return result
 
 
+def default_configs(device) -> tuple[str, ...]:
+    """The configurations tuned on when none are named: :data:`GPU_CONFIGS` on a GPU, else
+    :data:`DEFAULT_CONFIGS`."""
+    return GPU_CONFIGS if device.info.type == "gpu" else DEFAULT_CONFIGS
+
+
 def tune(device=None, *, budget: float = DEFAULT_BUDGET, configs=None, families=None,
          repeat: int = 3, progress: bool = True, save: bool = True):
     """Tune ``families`` (default :data:`DEFAULT_FAMILIES`) of ``device`` on benchmark
-    ``configs`` (names; default :data:`DEFAULT_CONFIGS`) within about ``budget`` seconds, store
+    ``configs`` (names; default :func:`default_configs`) within about ``budget`` seconds, store
     the result in the user database when ``save``, and return ``(results, path)``."""
     from .bench import _resolve_configs
     from .devices import resolve_device
 
     device = resolve_device(device)
-    cfgs = _resolve_configs(configs or DEFAULT_CONFIGS)
+    cfgs = _resolve_configs(configs or default_configs(device))
     families = tuple(families or DEFAULT_FAMILIES)
     for family in families:
         if family not in tuning.SPACE:
@@ -532,9 +541,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="device spec (default: the default device)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
                    help=f"seconds to spend in all (default {DEFAULT_BUDGET:.0f})")
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                   help="comma-separated benchmark configurations to tune on; known: "
-                        + ", ".join(c.name for c in CONFIGS))
+    p.add_argument("--configs", default=None,
+                   help="comma-separated benchmark configurations to tune on (default: "
+                        + ", ".join(DEFAULT_CONFIGS) + "; on a GPU " + ", ".join(GPU_CONFIGS)
+                        + "); known: " + ", ".join(c.name for c in CONFIGS))
     p.add_argument("--families", default=",".join(DEFAULT_FAMILIES),
                    help="kernel families to tune: " + ", ".join(tuning.FAMILIES))
     p.add_argument("--repeat", type=int, default=3, help="timed runs per workload (best kept)")
@@ -548,7 +558,7 @@ def main(argv=None) -> int:
 
     args = _parser().parse_args(argv)
     device = get_device(args.device)
-    split = [c.strip() for c in args.configs.split(",") if c.strip()]
+    split = [c.strip() for c in (args.configs or "").split(",") if c.strip()] or None
     fams = [f.strip() for f in args.families.split(",") if f.strip()]
     try:
         results, path = tune(device, budget=args.budget, configs=split, families=fams,

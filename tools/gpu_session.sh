@@ -10,7 +10,8 @@
 # Stages: probe (driver, OpenCL platforms, `pyrnn-cl devices`), selftest, tests (the suite on
 # the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, derived defaults, JSON to
 # $OUT), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT), benchtuned (the GPU tier
-# again, tuned entry in use), quick (three GPU-tier configurations only).
+# again, tuned entry in use), quick (three GPU-tier configurations only), times (device time per
+# kernel, tools/kernel_times.py). A tuning entry in .gpu/tuning/ (carried) is installed first.
 # Environment: TUNE_BUDGET (seconds, default 240), BENCH_CONFIGS (comma list, default the tier),
 # TEST_ARGS (pytest arguments, default the non-slow suite on 8 workers).
 set -uo pipefail
@@ -33,6 +34,10 @@ fi
 mkdir -p /tmp/icd && echo "$lib" > /tmp/icd/nvidia.icd
 export OCL_ICD_VENDORS=/tmp/icd
 export PYRNN_CL_DEVICE=${PYRNN_CL_DEVICE:-nvidia}
+# a tuning entry brought along (.gpu/tuning/*.json, from an earlier machine's `tune` stage)
+if ls .gpu/tuning/*.json >/dev/null 2>&1; then
+  mkdir -p ~/.cache/pyrnn_cl/tuning && cp .gpu/tuning/*.json ~/.cache/pyrnn_cl/tuning/
+fi
 
 stage() {  # stage NAME TIMEOUT COMMAND...
   local name=$1 limit=$2; shift 2
@@ -68,6 +73,9 @@ for s in "$@"; do
     benchtuned)
       stage benchtuned 540 python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
         ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/benchtuned.json" ;;
+    times)
+      stage times 300 python3 tools/kernel_times.py --repeat 5 \
+        ${TIMES_SHAPES:-lstm:512x512x16x25 lstm:1024x1024x32x25 lstm:1024x1x32x25 gru:512x512x32x1} ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

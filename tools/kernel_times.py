@@ -1,0 +1,116 @@
+"""Device time per kernel of one op call, from OpenCL profiling events (a developer's tool).
+
+    python tools/kernel_times.py [--device SPEC] [--repeat N] CELL:HxIxNxT ...
+
+Runs the MPSGraph-dialect forward and forward+backward of each shape on device arrays through a
+profiling command queue, and prints, per kernel name, launches and summed device time (the
+median call of ``--repeat``), next to the call's wall time. What it shows: where a call's time
+goes on the device (GEMMs, step kernels, packs) and how much is host time between launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, ".")
+    import pyrnn_cl as rc
+    from pyrnn_cl import programs
+    from pyrnn_cl.bench.configs import _shape_config
+    from pyrnn_cl.devices import Device, get_device
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("shapes", nargs="+")
+    p.add_argument("--device", default=None)
+    p.add_argument("--repeat", type=int, default=5)
+    args = p.parse_args(argv)
+    base = get_device(args.device)
+    queue = cl.CommandQueue(base.context, base.cl_device,
+                            properties=cl.command_queue_properties.PROFILING_ENABLE)
+    device = Device.from_queue(queue)
+    events: list = []
+    real = programs.enqueue
+
+    def recording(q, kernel, global_size, local_size=None, **kw):
+        ev = real(q, kernel, global_size, local_size, **kw)
+        if isinstance(kernel, cl.Kernel):
+            events.append((kernel.function_name, ev))
+        return ev
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("pyrnn_cl") and \
+                getattr(mod, "enqueue", None) is real:
+            mod.enqueue = recording
+    print(f"device: {base.info.name} ({base.info.platform_name})")
+    for shape in args.shapes:
+        cfg = _shape_config(shape)
+        rng = np.random.default_rng(0)
+        G = {"lstm": 4, "gru": 3}.get(cfg.cell, 1)
+        T, N, I, H = cfg.T, cfg.N, cfg.I, cfg.H
+
+        def dev(*s):
+            return cla.to_device(queue, (rng.standard_normal(s) * 0.1).astype(np.float32))
+
+        x, w, r, b, h0 = dev(T, N, I), dev(G * H, I), dev(G * H, H), dev(G * H), dev(N, H)
+        c0 = dev(N, H)
+        if cfg.cell == "lstm":
+            desc = rc.LSTMDescriptor(training=True)
+            fwd = lambda: rc.lstm(x, r, w, b, h0, c0, descriptor=desc, device=device)  # noqa: E731
+            grad_fn = rc.lstm_gradients
+        elif cfg.cell == "gru":
+            desc = rc.GRUDescriptor(training=True, reset_after=True)
+            fwd = lambda: rc.gru(x, r, w, b, h0, descriptor=desc, device=device)  # noqa: E731
+            grad_fn = rc.gru_gradients
+        else:
+            desc = rc.SingleGateRNNDescriptor(training=True, activation="relu")
+            fwd = lambda: rc.single_gate_rnn(x, r, w, b, h0, descriptor=desc,  # noqa: E731
+                                             device=device)
+            grad_fn = rc.single_gate_rnn_gradients
+
+        def fwd_bwd():
+            out = fwd()
+            dy = out[0]
+            if cfg.cell == "lstm":    # [h, c, z_state] -> (x, R, dy, z_state, c, W, b, h0, c0)
+                return grad_fn(x, r, dy, out[2], out[1], w, b, h0, c0, descriptor=desc,
+                               device=device)
+            if cfg.cell == "gru":     # [h, z_state] -> (x, R, dy, z_state, h, W, b, h0)
+                return grad_fn(x, r, dy, out[1], out[0], w, b, h0, descriptor=desc, device=device)
+            return grad_fn(x, r, dy, out[1], w, b, h0, descriptor=desc, device=device)
+
+        for what, fn in (("forward", fwd), ("forward+backward", fwd_bwd)):
+            fn()
+            queue.finish()
+            runs = []
+            for _ in range(args.repeat):
+                events.clear()
+                t0 = time.perf_counter()
+                fn()
+                queue.finish()
+                wall = time.perf_counter() - t0
+                per = collections.defaultdict(lambda: [0, 0.0])
+                for name, ev in events:
+                    per[name][0] += 1
+                    per[name][1] += (ev.profile.end - ev.profile.start) * 1e-6
+                span = (max(e.profile.end for _, e in events)
+                        - min(e.profile.start for _, e in events)) * 1e-6 if events else 0.0
+                runs.append((wall * 1e3, span, dict(per)))
+            runs.sort(key=lambda r: r[0])
+            wall, span, per = runs[len(runs) // 2]
+            busy = sum(v[1] for v in per.values())
+            print(f"\n{shape} {what}: wall {wall:.3f} ms, first start to last end {span:.3f} ms, "
+                  f"kernels busy {busy:.3f} ms")
+            for name, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+                print(f"  {name:28s} {n:5d} launches {ms:9.3f} ms  {1e3 * ms / n:8.1f} us each")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
