@@ -224,8 +224,12 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30}
         gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2)
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step
-        # has enough work-items to fill the device and each reads consecutive weights
-        recurrence = {"REC_VW": 4, "REC_VW_F64": 2, "REC_NB": 2, "REC_WG": 0,
+        # has enough work-items to fill the device; one unit per tile (REC_VW = 1: a lane's G
+        # gate weights are contiguous and the lock-step lanes read consecutive ones) and four
+        # batch rows sharing each weight read. Measured on an H100 (NVIDIA's OpenCL, LSTM
+        # H = 512..2048, N = 1..64; docs/benchmarks.md): 2-3x faster steps than 4 units x 2 rows,
+        # and within 10 % of the best of 48 (VW, NB, KS) settings at every shape but N = 1
+        recurrence = {"REC_VW": 1, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
                       "REC_BWD_ROWS": 8192}

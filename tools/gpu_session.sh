@@ -76,6 +76,9 @@ for s in "$@"; do
     times)
       stage times 300 python3 tools/kernel_times.py --repeat 5 \
         ${TIMES_SHAPES:-lstm:512x512x16x25 lstm:1024x1024x32x25 lstm:1024x1x32x25 gru:512x512x32x1} ;;
+    script)   # any Python file with the set-up above: SCRIPT="path args"
+      # shellcheck disable=SC2086
+      stage script "${SCRIPT_TIMEOUT:-500}" python3 $SCRIPT ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done
