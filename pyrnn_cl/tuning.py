@@ -187,6 +187,11 @@ _GEMM_LOCAL_TILES = ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (64, 64, 16, 8, 8
                      (32, 32, 16, 4, 4), (32, 32, 16, 2, 2), (16, 16, 16, 2, 2), (8, 8, 8, 1, 1))
 
 
+#: the tile CPU-like devices carry with ``GEMM_LOCAL`` = 0 (gemm.cl's defaults; used when a
+#: test or a tuning entry turns the tiled kernel on)
+_GEMM_CPU_TILE = dict(zip(GEMM_LOCAL_KEYS, (64, 64, 16, 4, 4)))
+
+
 def gemm_local_work_group(values) -> tuple[int, int]:
     """The tiled GEMM kernel's local size (dimension 0 along n, dimension 1 along m)."""
     return values["GEMM_LBN"] // values["GEMM_LTN"], values["GEMM_LBM"] // values["GEMM_LTM"]
@@ -207,18 +212,19 @@ def gemm_local_fits(info, values, itemsize: int) -> bool:
     return local <= (int(info.local_mem_size or 0) or 32 << 10)
 
 
-def _gemm_local_tile(info, itemsize: int) -> dict[str, int]:
-    """The first of ``_GEMM_LOCAL_TILES`` that fits ``info`` (:func:`gemm_local_fits`) with the
-    accumulators and operands (about twice the micro-tile, in 32-bit registers) of every
-    work-item of a group within the registers it reports."""
+def _gemm_local(info, itemsize: int) -> dict[str, int]:
+    """``GEMM_LOCAL`` = 1 with the first of ``_GEMM_LOCAL_TILES`` that fits ``info``
+    (:func:`gemm_local_fits`) with the accumulators and operands (about twice the micro-tile,
+    in 32-bit registers) of every work-item of a group within the registers it reports;
+    ``GEMM_LOCAL`` = 0 (with :data:`_GEMM_CPU_TILE`) when none fits."""
     for tile in _GEMM_LOCAL_TILES:
         values = dict(zip(GEMM_LOCAL_KEYS, tile))
         wg0, wg1 = gemm_local_work_group(values)
         registers = wg0 * wg1 * 2 * tile[3] * tile[4] * (itemsize // 4)
         if gemm_local_fits(info, values, itemsize) and (
                 not info.registers_per_group or registers <= info.registers_per_group):
-            return values
-    return dict(zip(GEMM_LOCAL_KEYS, _GEMM_LOCAL_TILES[-1]))
+            return dict(values, GEMM_LOCAL=1)
+    return dict(_GEMM_CPU_TILE, GEMM_LOCAL=0)
 
 
 def derive(info, profile) -> dict[str, dict[str, int]]:
@@ -234,7 +240,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     128 x 128 blocks of 8 x 8 micro-tiles (256 work-items), 64 x 64 of 4 x 4, ... down to 8 x 8
     of 1 x 1 whose work-group fits ``max_work_group_size`` and ``max_work_item_sizes``, whose
     two local chunks fit ``local_mem_size`` (float32 and float64 each), and whose group's
-    accumulators and operands fit the reported registers; the non-tiled kernels' values
+    accumulators and operands fit the reported registers (``GEMM_LOCAL`` = 0 when none does:
+    a device reporting work-groups of fewer than 64 work-items); the non-tiled kernels' values
     (used when the tiled kernel is turned off) are work-groups of a few lock-step widths
     (reported warp/wavefront/sub-group size, else the profile's), 4-wide vector loads,
     register tiles small enough for a group within the reported registers. Whole-sequence
@@ -256,9 +263,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 "GEMM_DTN": 4, "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
                 "GEMM_WG": clamp_work_group(info, 16), "GEMM_PACK_WG": clamp_work_group(info, 8),
                 "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128,
-                # the tiled kernel is off (its tile: gemm.cl's defaults, for a forced run)
-                "GEMM_LOCAL": 0, "GEMM_LBM": 64, "GEMM_LBN": 64, "GEMM_LBK": 16, "GEMM_LTM": 4,
-                "GEMM_LTN": 4}
+                "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
         cache = int(info.global_mem_cache_size or 0)
         recurrence = {
@@ -287,8 +292,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         gemm = {"GEMM_VW": vw, "GEMM_TN": tn, "GEMM_TM": tm, "GEMM_DVW": 4, "GEMM_DTM": 2,
                 "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
                 "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30,
-                "GEMM_LOCAL": 1, **_gemm_local_tile(info, 4)}
-        gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local_tile(info, 8))
+                **_gemm_local(info, 4)}
+        gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local(info, 8))
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step
         # has enough work-items to fill the device and each reads consecutive weights
         recurrence = {"REC_VW": 4, "REC_VW_F64": 2, "REC_NB": 2, "REC_WG": 0,
