@@ -13,6 +13,8 @@
 //   pyrnn_gemm_dot     D = alpha P Q^T + beta D with rows of P and Q contiguous along k (NT)
 //   pyrnn_gemm_pack_p  X -> panels [rows/GEMM_TM][k][GEMM_TM]   (P of the outer kernel)
 //   pyrnn_gemm_pack_q  X -> panels [cols/GEMM_TN][k][GEMM_TN]   (Q^T of the outer kernel)
+//   pyrnn_gemm_tiled   D = alpha P Q + beta D, P, Q, D all through run-time strides (every
+//                      transposition as stored): the GPU kernel (GEMM_LOCAL = 1, at the end)
 //
 //   outer: one work-item = GEMM_TM x GEMM_TN tile of D    dot: one work-item = GEMM_DTM x GEMM_DTN
 //                 GEMM_TN = GEMM_TNV vectors of GEMM_VW                k (vectors of GEMM_DVW)
@@ -24,11 +26,16 @@
 //   | TM x k|  | in registers      |                        +------------------+
 //   +-------+  +-------------------+                  acc[DTM][DTN] vectors, summed at the end
 //
-// Each work-item owns its register tile and runs the whole k loop: no local memory, no barriers.
-// PoCL does not vectorise across work-items, so vector types inside the work-item are what makes
-// this fast on CPUs (explicit float16 tiles: ~200 GFLOP/s on 2 Zen 4 cores).  Global dimension 2
-// is the batch index.  Edges: rows beyond m are clamped on load and masked on store; a column tile
-// of an unpacked Q that crosses n takes an element-wise path.  k == 0 gives D = beta * D (or 0).
+// outer, dot: each work-item owns its register tile and runs the whole k loop: no local memory,
+// no barriers (CPUs: GEMM_LOCAL = 0, the host never builds the tiled kernel). PoCL does not
+// vectorise across work-items, so vector types inside the work-item are what makes this fast on
+// CPUs (explicit float16 tiles: ~200 GFLOP/s on 2 Zen 4 cores). On a GPU the same design reads
+// every operand from global memory once per work-item (~2.5-3 TFLOP/s on an H100);
+// pyrnn_gemm_tiled instead shares GEMM_LBM x GEMM_LBK and GEMM_LBK x GEMM_LBN chunks of P and Q
+// through local memory across a work-group (its own comment below). Global dimension 2 is the
+// batch index. Edges (outer, dot): rows beyond m are clamped on load and masked on store; a
+// column tile of an unpacked Q that crosses n takes an element-wise path; (tiled) zeros are
+// loaded beyond m, n, k and stores masked. k == 0 gives D = beta * D (or 0), + bias.
 // =================================================================================================
 
 #include "common.h"
