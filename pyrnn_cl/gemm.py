@@ -4,8 +4,18 @@
 Everything is row-major; offsets, leading dimensions and batch strides are counted in elements.
 Both functions only enqueue work on ``device.queue`` and never wait on the host.
 
-How ``gemm`` runs a product (``gemm.cl``; one register tile of C per work-item, vector types
-inside the work-item, no local memory):
+How ``gemm`` runs a product (``gemm.cl``):
+
+* ``GEMM_LOCAL`` = 1 (derived for GPUs): every product, in every transposition, batched, with
+  a bias or ``k_block``, is one launch of ``pyrnn_gemm_tiled``: a work-group computes a
+  ``GEMM_LBM x GEMM_LBN`` block of C through local-memory chunks of ``GEMM_LBK`` k values,
+  each work-item a ``GEMM_LTM x GEMM_LTN`` micro-tile. Nothing is packed: the kernel reads A
+  and B through their strides, coalesced either way. Only a tile the device cannot run
+  (:func:`pyrnn_cl.tuning.gemm_local_fits`: work-group or local memory too large, e.g. a
+  tuning entry from another device) falls back to the kernels below.
+
+Otherwise (CPUs; one register tile of C per work-item, vector types inside the work-item, no
+local memory):
 
 * large products (``m*n*k*batch >= GEMM_PACK_MIN``): op(B) is first copied into tile panels
   ``[n/TN][k][TN]`` (``pyrnn_gemm_pack_q``, when ``m >= GEMM_PACK_MIN_M``, half that for NT)
@@ -27,6 +37,10 @@ the names and ranges are :data:`pyrnn_cl.tuning.SPACE`):
 ``GEMM_DTM/DTN``    rows/columns of C per work-item in the dot kernel
 ``GEMM_DVW``        vector width along k in the dot kernel
 ``GEMM_FMA``        1: ``fma()``, 0: ``mad()`` for the multiply-adds
+``GEMM_LOCAL``      1: the tiled kernel runs every product (GPUs), 0: the kernels above
+``GEMM_LBM/LBN``    rows/columns of C per work-group of the tiled kernel
+``GEMM_LBK``        k values per local-memory chunk of the tiled kernel
+``GEMM_LTM/LTN``    rows/columns of C per work-item of the tiled kernel (divide LBM/LBN)
 ``GEMM_PACK_KC``    k values per work-item of the pack kernels
 ``GEMM_WG``         work-items per group along dimension 0 (host only)
 ``GEMM_PACK_WG``    the same for the pack kernels (host only)
@@ -48,6 +62,7 @@ from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program, set_args
 from .sources import STORAGE_DTYPES, compute_dtype, dtype_code
+from .tuning import GEMM_LOCAL_KEYS, gemm_local_fits, gemm_local_work_group
 
 __all__ = ["gemm", "sum_rows", "release_scratch"]
 
@@ -69,6 +84,7 @@ _REDUCE_CHUNKS = 16      # sum_rows: at most this many first-pass chunks
 _SIGNATURES = {
     "pyrnn_gemm_outer": "iiiirrBlllllBlllilBlllliBlll",
     "pyrnn_gemm_dot": "iiiirrBlllBlllBlllliBlll",
+    "pyrnn_gemm_tiled": "iiirrBllllBllllBlllliBlll",
     "pyrnn_gemm_pack_p": "iiiBllllBll",
     "pyrnn_gemm_pack_q": "iiiBllllBll",
     "pyrnn_sum_rows": "iiirBlllBlll",
@@ -110,6 +126,10 @@ def _gemm_config(device, code: int) -> tuple[dict, dict]:
     for key in ("GEMM_TM", "GEMM_DTM", "GEMM_DTN", "GEMM_PACK_KC"):
         defines[key] = max(1, defines[key])
     defines["PYRNN_DTYPE"] = code
+    # the tiled kernel is compiled (GEMM_LOCAL=1 with its tile) only where it runs
+    tile = {key: int(tuning[key]) for key in GEMM_LOCAL_KEYS}
+    if int(tuning["GEMM_LOCAL"]) and gemm_local_fits(device.info, tile, 4 * code):
+        defines.update(tile, GEMM_LOCAL=1)
     host = {key: int(tuning[key]) for key in _HOST_KEYS}
     host["GEMM_WG"] = max(1, host["GEMM_WG"])
     host["GEMM_PACK_WG"] = max(1, host["GEMM_PACK_WG"])
@@ -261,10 +281,12 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     ``b`` may be an Array of a 16-bit storage dtype (float16, bfloat16) in a float32 product:
     its values are read as they are stored and converted on load (``GEMM_QS``), never widened in
     a pass of their own (16-bit weights). ``b_offset``/``ldb``/``stride_b`` count its elements.
-    ``k_block > 0``: where the outer-product kernel runs, the k-sum is two-level, in blocks of
-    ``k_block`` steps each added to C (float32 error grows with about ``k_block + k / k_block``
-    terms instead of ``k``); for weight gradients, whose ``k`` is every step's rows
-    (:data:`WEIGHT_GRADIENT_K_BLOCK`). Another program; not used when ``k <= k_block``.
+    ``k_block > 0``: where the outer-product or the tiled kernel runs, the k-sum is two-level,
+    in blocks of ``k_block`` steps each added to C (the tiled kernel: to a second register
+    tile, each block ending with the ``GEMM_LBK`` chunk it ends in; float32 error grows with
+    about ``k_block + k / k_block`` terms instead of ``k``); for weight gradients, whose ``k``
+    is every step's rows (:data:`WEIGHT_GRADIENT_K_BLOCK`). Another program; not used when
+    ``k <= k_block``.
     """
     device = resolve_device(device)
     code = dtype_code(device.check_dtype(dtype))    # float32 or float64
@@ -316,6 +338,18 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     if k and b_dtype != dtype:
         prog_q = get_program(device, "gemm.cl", dict(defines, GEMM_QS=dtype_code(b_dtype)))
     queue = device.queue
+    if defines.get("GEMM_LOCAL"):
+        # one launch of the tiled kernel, A and B through their strides (B as stored: prog_q)
+        a_si, a_sk = (1, lda) if trans_a else (lda, 1)
+        b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
+        args = (m, n, k, alpha, beta, a_buf, a_off, a_si, a_sk, stride_a, b_buf, b_off, b_sk,
+                b_sj, stride_b, c_buf, c_off, ldc, 1, stride_c, has_bias, bias_buf, bias_off, 0, 1)
+        kernel = _set_args(prog_q, "pyrnn_gemm_tiled", code, *args)
+        wg0, wg1 = gemm_local_work_group(defines)
+        blocks = (-(-n // defines["GEMM_LBN"]), -(-m // defines["GEMM_LBM"]))
+        enqueue(queue, kernel, (blocks[0] * wg0, blocks[1] * wg1, batch), (wg0, wg1, 1),
+                wait_for=wait_for or None)
+        return None
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
     # in-order queues (the default) run launches in order; on an out-of-order queue every
     # dependency (user events, packs, the previous user of the packing buffer) becomes an event

@@ -266,6 +266,18 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
                   {v for v in values if v <= tuning.clamp_work_group(info, v)}) | {current[name]}
     if name == "REC_WG" and device.profile.specialises_per_local_size:
         values &= {0, 1, current[name]}
+    if name == "GEMM_LOCAL" and _cpu_like(device):
+        # the tiled kernel is for lock-step work-groups with fast local memory; on a CPU it
+        # runs (tests force it) but the register-tile kernels are the fast ones
+        values = {current[name]}
+    if name in tuning.GEMM_LOCAL_KEYS:
+        if not current.get("GEMM_LOCAL"):
+            values = {current[name]}        # the tile of a kernel that does not run
+        else:
+            itemsize = 8 if family == "gemm_f64" else 4
+            values = {v for v in values
+                      if tuning.gemm_local_fits(info, dict(current, **{name: v}), itemsize)
+                      } | {current[name]}
     return sorted(v for v in values if param.low <= v <= param.high)
 
 
@@ -298,6 +310,8 @@ def _valid(family, values) -> bool:
         return False       # more vectors than registers on any device
     if "GEMM_TM" in values and values["GEMM_TM"] * values["GEMM_TN"] > 512:
         return False
+    if "GEMM_LTM" in values and values["GEMM_LTM"] * values["GEMM_LTN"] > 64:
+        return False       # tiled kernel: more accumulators than a GPU's registers hold
     return True
 
 # }}}

@@ -51,6 +51,7 @@ __all__ = [
     "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
     "entry_key", "entry_path", "shipped_path", "load_entry", "save_entry", "make_entry",
     "trial", "is_tuned", "valid_values", "clamp_work_group", "CPU_REC_BWD_ROWS",
+    "GEMM_LOCAL_KEYS", "gemm_local_fits",
 ]
 
 FORMAT = 1  # version of the entry file format
@@ -89,6 +90,15 @@ def _gemm_space() -> tuple[Param, ...]:
         Param("GEMM_DTN", (1, 2, 4, 8), 1, 16, "dot kernel: columns of C per work-item"),
         Param("GEMM_PACK_KC", (4, 8, 16), 1, 16, "pack kernels: k values per work-item"),
         Param("GEMM_FMA", (0, 1), 0, 1, "1: fma(), 0: mad() for multiply-adds"),
+        Param("GEMM_LOCAL", (0, 1), 0, 1,
+              "1: every product runs the local-memory tiled kernel (GPUs), 0: the kernels above"),
+        Param("GEMM_LBM", (32, 64, 128), 1, 256, "tiled kernel: rows of C per work-group"),
+        Param("GEMM_LBN", (32, 64, 128), 1, 256, "tiled kernel: columns of C per work-group"),
+        Param("GEMM_LBK", (8, 16, 32), 1, 64, "tiled kernel: k values per local-memory chunk"),
+        Param("GEMM_LTM", (2, 4, 8), 1, 16,
+              "tiled kernel: rows of C per work-item (divides GEMM_LBM)"),
+        Param("GEMM_LTN", (2, 4, 8), 1, 16,
+              "tiled kernel: columns of C per work-item (divides GEMM_LBN)"),
         Param("GEMM_WG", (1, 4, 8, 16, 32, 64, 128, 256), 1, 4096,
               "work-items per group along dimension 0", compiled=False),
         Param("GEMM_PACK_WG", (1, 4, 8, 16, 64, 128), 1, 4096,
@@ -166,6 +176,57 @@ def _float_width(info, profile, double: bool) -> int:
     return _pow2_floor(max(1, native))
 
 
+#: the tiled GEMM kernel's tile parameters (gemm.cl, ``pyrnn_gemm_tiled``)
+GEMM_LOCAL_KEYS = ("GEMM_LBM", "GEMM_LBN", "GEMM_LBK", "GEMM_LTM", "GEMM_LTN")
+#: most work-items a tiled GEMM work-group may have (what no device exceeds; :func:`valid_values`)
+_GEMM_LOCAL_MAX_WG = 1024
+#: tiled GEMM tiles (``GEMM_LOCAL_KEYS`` values), the preferred first: 128 x 128 blocks of
+#: 8 x 8 micro-tiles (256 work-items, 64 accumulators each) is the classic fast SGEMM shape;
+#: the smaller ones are for devices with smaller work-groups, local memory or register files
+_GEMM_LOCAL_TILES = ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (64, 64, 16, 8, 8),
+                     (32, 32, 16, 4, 4), (32, 32, 16, 2, 2), (16, 16, 16, 2, 2), (8, 8, 8, 1, 1))
+
+
+#: the tile CPU-like devices carry with ``GEMM_LOCAL`` = 0 (gemm.cl's defaults; used when a
+#: test or a tuning entry turns the tiled kernel on)
+_GEMM_CPU_TILE = dict(zip(GEMM_LOCAL_KEYS, (64, 64, 16, 4, 4)))
+
+
+def gemm_local_work_group(values) -> tuple[int, int]:
+    """The tiled GEMM kernel's local size (dimension 0 along n, dimension 1 along m)."""
+    return values["GEMM_LBN"] // values["GEMM_LTN"], values["GEMM_LBM"] // values["GEMM_LTM"]
+
+
+def gemm_local_fits(info, values, itemsize: int) -> bool:
+    """Whether the tiled GEMM kernel with ``values`` can run on ``info``: its work-group within
+    the device's limits, its two local chunks (``GEMM_LBK`` rows of ``GEMM_LBM`` + 1 and
+    ``GEMM_LBN`` + 1 elements of ``itemsize`` bytes, gemm.cl) within the local memory (32 KiB,
+    the OpenCL minimum, when not reported)."""
+    wg0, wg1 = gemm_local_work_group(values)
+    if wg0 * wg1 > max(1, int(info.max_work_group_size or 1)):
+        return False
+    sizes = info.max_work_item_sizes
+    if len(sizes) >= 2 and (wg0 > sizes[0] or wg1 > sizes[1]):
+        return False
+    local = itemsize * values["GEMM_LBK"] * (values["GEMM_LBM"] + values["GEMM_LBN"] + 2)
+    return local <= (int(info.local_mem_size or 0) or 32 << 10)
+
+
+def _gemm_local(info, itemsize: int) -> dict[str, int]:
+    """``GEMM_LOCAL`` = 1 with the first of ``_GEMM_LOCAL_TILES`` that fits ``info``
+    (:func:`gemm_local_fits`) with the accumulators and operands (about twice the micro-tile,
+    in 32-bit registers) of every work-item of a group within the registers it reports;
+    ``GEMM_LOCAL`` = 0 (with :data:`_GEMM_CPU_TILE`) when none fits."""
+    for tile in _GEMM_LOCAL_TILES:
+        values = dict(zip(GEMM_LOCAL_KEYS, tile))
+        wg0, wg1 = gemm_local_work_group(values)
+        registers = wg0 * wg1 * 2 * tile[3] * tile[4] * (itemsize // 4)
+        if gemm_local_fits(info, values, itemsize) and (
+                not info.registers_per_group or registers <= info.registers_per_group):
+            return dict(values, GEMM_LOCAL=1)
+    return dict(_GEMM_CPU_TILE, GEMM_LOCAL=0)
+
+
 def derive(info, profile) -> dict[str, dict[str, int]]:
     """Default tuning of every family for ``info`` (a :class:`DeviceInfo`) and its ``profile``.
 
@@ -175,13 +236,21 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     of ``REC_NB`` = 4 batch rows x G gates. Fixed local sizes where the implementation compiles
     a work-group function per local size (``specialises_per_local_size``).
 
-    GPUs: work-groups of a few lock-step widths (reported warp/wavefront/sub-group size, else
-    the profile's), 4-wide vector loads, register tiles small enough for every work-item of a
-    group to keep its accumulators within the reported registers; whole-sequence recurrence
-    kernels off (one work-group would hold a direction's units and run on one multiprocessor).
+    GPUs: GEMM through the local-memory tiled kernel (``GEMM_LOCAL`` = 1): the largest of
+    128 x 128 blocks of 8 x 8 micro-tiles (256 work-items), 64 x 64 of 4 x 4, ... down to 8 x 8
+    of 1 x 1 whose work-group fits ``max_work_group_size`` and ``max_work_item_sizes``, whose
+    two local chunks fit ``local_mem_size`` (float32 and float64 each), and whose group's
+    accumulators and operands fit the reported registers (``GEMM_LOCAL`` = 0 when none does:
+    a device reporting work-groups of fewer than 64 work-items); the non-tiled kernels' values
+    (used when the tiled kernel is turned off) are work-groups of a few lock-step widths
+    (reported warp/wavefront/sub-group size, else the profile's), 4-wide vector loads,
+    register tiles small enough for a group within the reported registers. Whole-sequence
+    recurrence kernels off (one work-group would hold a direction's units and run on one
+    multiprocessor).
 
     Every work-group size is within the device's ``max_work_group_size`` and ``max_work_item
-    _sizes[0]``; the kernels use no local memory.
+    _sizes[0]``; only the tiled GEMM kernel (GPUs) and the split recurrence (``REC_KS`` > 1)
+    use local memory.
     """
     cpu_like = info.type == "cpu" or bool(profile.prefers_explicit_vectors)
     if cpu_like:
@@ -193,7 +262,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         gemm = {"GEMM_VW": vw, "GEMM_TN": 4 * vw, "GEMM_TM": 4, "GEMM_DVW": vw, "GEMM_DTM": 4,
                 "GEMM_DTN": 4, "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
                 "GEMM_WG": clamp_work_group(info, 16), "GEMM_PACK_WG": clamp_work_group(info, 8),
-                "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128}
+                "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128,
+                "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
         cache = int(info.global_mem_cache_size or 0)
         recurrence = {
@@ -221,8 +291,9 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         vw = min(4, tn)
         gemm = {"GEMM_VW": vw, "GEMM_TN": tn, "GEMM_TM": tm, "GEMM_DVW": 4, "GEMM_DTM": 2,
                 "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
-                "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30}
-        gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2)
+                "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30,
+                **_gemm_local(info, 4)}
+        gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local(info, 8))
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step
         # has enough work-items to fill the device; one unit per tile (REC_VW = 1: a lane's G
         # gate weights are contiguous and the lock-step lanes read consecutive ones) and four
@@ -240,7 +311,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
 def valid_values(family: str, values: dict) -> dict[str, int]:
     """``values`` checked against :data:`SPACE` (``ValueError`` naming the first bad one):
     known names, integers in range, vector widths OpenCL has, ``GEMM_TN`` a multiple of
-    ``GEMM_VW``."""
+    ``GEMM_VW``, the tiled GEMM's blocks multiples of its micro-tiles and its work-group at
+    most 1024 work-items."""
     if family not in SPACE:
         raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
     params = {p.name: p for p in SPACE[family]}
@@ -261,6 +333,15 @@ def valid_values(family: str, values: dict) -> dict[str, int]:
     if "GEMM_TN" in out and out["GEMM_TN"] % out.get("GEMM_VW", 1):
         raise ValueError(f"{family}: GEMM_TN {out['GEMM_TN']} is not a multiple of GEMM_VW "
                          f"{out.get('GEMM_VW')}")
+    for block, micro in (("GEMM_LBM", "GEMM_LTM"), ("GEMM_LBN", "GEMM_LTN")):
+        if block in out and micro in out and out[block] % out[micro]:
+            raise ValueError(f"{family}: {block} {out[block]} is not a multiple of {micro} "
+                             f"{out[micro]}")
+    if all(key in out for key in GEMM_LOCAL_KEYS):
+        wg0, wg1 = gemm_local_work_group(out)
+        if wg0 * wg1 > _GEMM_LOCAL_MAX_WG:
+            raise ValueError(f"{family}: the tiled GEMM work-group {wg0} x {wg1} has more than "
+                             f"{_GEMM_LOCAL_MAX_WG} work-items")
     return out
 
 # }}}

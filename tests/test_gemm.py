@@ -33,10 +33,20 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module", params=["resolved", "derived"])
+#: the local-memory tiled kernel (GEMM_LOCAL = 1, the GPU path) forced on: with the default
+#: tile, and with an odd one (blocks of 24 x 40, chunks of 5 k values, 3 x 5 micro-tiles: no size
+#: divides another, and the 64 work-items do not divide a chunk's elements)
+TILED = {
+    "tiled": {"GEMM_LOCAL": 1},
+    "tiled-odd": {"GEMM_LOCAL": 1, "GEMM_LBM": 24, "GEMM_LBN": 40, "GEMM_LBK": 5, "GEMM_LTM": 3,
+                  "GEMM_LTN": 5},
+}
+
+
+@pytest.fixture(scope="module", params=["resolved", "derived", *TILED])
 def dev(request):
-    """The default device with its resolved tuning (tuned entries included), and with the
-    derived defaults only."""
+    """The default device with its resolved tuning (tuned entries included), with the derived
+    defaults only, and with the tiled kernel forced on (:data:`TILED`, float32 and float64)."""
     try:
         device = get_device()
     except DeviceNotFoundError as exc:
@@ -44,8 +54,19 @@ def dev(request):
     if request.param == "resolved":
         return device
     plain = Device(device.cl_device, context=device.context, queue=device.queue, info=device.info)
-    plain.tuning = lambda family: dict(derive(device.info, device.profile)[family])
+    forced = TILED.get(request.param, {})
+
+    def tuning(family):
+        values = dict(derive(device.info, device.profile)[family])
+        return dict(values, **forced) if family in ("gemm", "gemm_f64") else values
+
+    plain.tuning = tuning
     return plain
+
+
+def _tiled(dev) -> bool:
+    """Whether ``dev`` runs its float32 products through the tiled kernel."""
+    return bool(gemm_module._gemm_config(dev, 1)[0].get("GEMM_LOCAL"))
 
 
 def _need(dev, dtype):
@@ -310,9 +331,12 @@ def test_large_products_pick_packing(dev):
     launches = programs.launch_count() - before
     _, host = gemm_module._gemm_config(dev, 1)
     pack_p, pack_q = gemm_module._choose_packing(host, m, n, k, 1, False, True)
-    assert launches == 1 + pack_p + pack_q
-    if m * n * k >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]:
-        assert pack_q
+    if _tiled(dev):
+        assert launches == 1        # the tiled kernel reads A and B as stored
+    else:
+        assert launches == 1 + pack_p + pack_q
+        if m * n * k >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]:
+            assert pack_q
     assert _rel(c.get(), A.astype(np.float64) @ B.T) <= 1e-5
 
 
@@ -422,6 +446,51 @@ def test_bias_every_path(dev, dtype, pack, ta, tb, monkeypatch):
             out = c.get()[: batch * m * n].reshape(batch, m, n)
             assert np.isfinite(out).all(), (m, n, k)
             assert _rel(out, ref) <= TOL[dtype], (m, n, k, batch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_edge_sizes_batch_bias(dev, dtype, ta, tb):
+    """Sizes 1, 3, 33, 257 and 513 (one past a multiple of every block and chunk) in each role,
+    batched (2, with padded strides), beta != 0 and beta = 0 over NaN, a bias, k = 0 and
+    k-blocks; on the tiled kernel (the GPU path) with edge blocks in m, n and k at once."""
+    _need(dev, dtype)
+    rng = np.random.default_rng(12)
+    q = dev.queue
+    for m, n, k, k_block in [(513, 3, 33, 0), (3, 513, 257, 64), (33, 257, 513, 0),
+                             (257, 33, 3, 0), (1, 1, 1, 0), (513, 1, 0, 0), (1, 257, 33, 16)]:
+        for alpha, beta in ((0.5, 2.0), (1.0, 0.0)):
+            batch = 2
+            A = rng.standard_normal((batch,) + ((k, m) if ta else (m, k))).astype(dtype)
+            B = rng.standard_normal((batch,) + ((n, k) if tb else (k, n))).astype(dtype)
+            C0 = (rng.standard_normal((batch, m, n)) if beta else
+                  np.full((batch, m, n), np.nan)).astype(dtype)
+            bias = rng.standard_normal(n).astype(dtype)
+            c = _dev_array(q, C0)
+            gemm(dev, dtype, m, n, k, _dev_array(q, A), _dev_array(q, B), c, trans_a=ta,
+                 trans_b=tb, alpha=alpha, beta=beta, batch=batch, stride_a=A[0].size,
+                 stride_b=B[0].size, stride_c=m * n, bias=_dev_array(q, bias), k_block=k_block)
+            ref = np.stack([alpha * (_op(A[i], ta).astype(np.float64) @ _op(B[i], tb))
+                            for i in range(batch)]) + bias.astype(np.float64)
+            if beta:
+                ref += beta * C0.astype(np.float64)
+            out = c.get()[: batch * m * n].reshape(batch, m, n)
+            assert np.isfinite(out).all(), (m, n, k)
+            assert _rel(out, ref) <= TOL[dtype], (m, n, k, alpha, beta)
+
+
+def test_tiled_kernel_runs_where_forced(dev):
+    """GEMM_LOCAL = 1 runs the tiled kernel (its tiles fit these devices), one launch per
+    product in every transposition, also at a size the other kernels pack operands for."""
+    assert _tiled(dev) == bool(dev.tuning("gemm")["GEMM_LOCAL"])
+    if not _tiled(dev):
+        return
+    q = dev.queue
+    a = cla.zeros(q, (200, 200), np.float32)
+    for ta, tb in TRANS:
+        before = programs.launch_count()
+        gemm(dev, np.float32, 200, 200, 200, a, a, a, trans_a=ta, trans_b=tb)
+        assert programs.launch_count() == before + 1
 
 
 def test_argument_errors(dev):

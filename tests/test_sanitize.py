@@ -15,7 +15,8 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_fwd_seq`` with the input product, ``pyrnn_bwd_seq``,
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
-cells, also with products split over work-groups (``REC_KS``); gemm (outer-product, dot and pack kernels); ``pyrnn_sum_rows`` (one and two passes);
+cells, also with products split over work-groups (``REC_KS``); gemm (outer-product, dot and
+pack kernels, and the local-memory tiled kernel); ``pyrnn_sum_rows`` (one and two passes);
 util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_mul``); dropout
 (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
@@ -314,6 +315,43 @@ def test_gemm_every_transposition(device, m, n, k):
     out = cla.to_device(q, np.ones(n, F32))
     gemm.sum_rows(device, F32, m, n, cla.to_device(q, rows), out, beta=1.0)
     _close(out.get(), rows.astype(float).sum(axis=0) + 1, "sum_rows", rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", [(16, 24, 5, 2, 3), (64, 64, 16, 4, 4)],
+                         ids=["odd-tile", "default-tile"])
+def test_gemm_tiled(device, monkeypatch, tile):
+    """The local-memory tiled GEMM kernel (the GPU path, forced): blocks and chunks that no size
+    divides (an odd tile whose 64 work-items do not divide a chunk), every transposition, a
+    batch of 2, beta != 0, a bias, k-blocks, a 16-bit B and k = 0; Oclgrind checks the local
+    chunks for races between the copy and the micro-tile reads (two barriers a chunk)."""
+    override_tuning(device, monkeypatch, family="gemm", GEMM_LOCAL=1,
+                    **dict(zip(("GEMM_LBM", "GEMM_LBN", "GEMM_LBK", "GEMM_LTM", "GEMM_LTN"), tile)))
+    rng = np.random.default_rng(7)
+    q = device.queue
+    m, n, k = 33, 37, 21
+    for ta in (False, True):
+        for tb in (False, True):
+            a = _r(rng, 2, *((k, m) if ta else (m, k)))
+            b = _r(rng, 2, *((n, k) if tb else (k, n)))
+            c0, bias = _r(rng, 2, m, n), _r(rng, n)
+            c = cla.to_device(q, c0)
+            gemm.gemm(device, F32, m, n, k, cla.to_device(q, a), cla.to_device(q, b), c,
+                      trans_a=ta, trans_b=tb, alpha=0.5, beta=2.0, batch=2,
+                      stride_a=a[0].size, stride_b=b[0].size, stride_c=m * n,
+                      bias=cla.to_device(q, bias), k_block=8)
+            opa = np.swapaxes(a, 1, 2) if ta else a
+            opb = np.swapaxes(b, 1, 2) if tb else b
+            _close(c.get(), 0.5 * opa.astype(float) @ opb + 2.0 * c0 + bias, f"tiled {ta} {tb}",
+                   rtol=1e-4, atol=1e-4)
+    # a float16 B (NT: the input projection of a half-precision weight), beta = 0 over NaN
+    a, b = _r(rng, m, k), _r(rng, n, k).astype(np.float16)
+    c = cla.to_device(q, np.full((m, n), np.nan, F32))
+    gemm.gemm(device, F32, m, n, k, cla.to_device(q, a), cla.to_device(q, b), c, trans_b=True)
+    _close(c.get(), a.astype(float) @ b.astype(float).T, "tiled float16 B", rtol=1e-4, atol=1e-4)
+    # k = 0: C = beta C
+    c = cla.to_device(q, c0[0])
+    gemm.gemm(device, F32, m, n, 0, None, None, c, beta=3.0)
+    _close(c.get(), 3.0 * c0[0], "tiled k = 0")
 
 
 def test_dropout_philox_and_selfcheck_kernels(device):

@@ -63,6 +63,20 @@ def test_a_fast_wrong_or_failing_candidate_never_wins(device, db, monkeypatch, f
     assert device.tuning("gemm") == start   # no trial values leak out
 
 
+def test_tiled_gemm_candidates_are_checked(device, db):
+    """The tuner's GEMM workloads pass with the tiled kernel forced on (the GPU path) at the
+    tiles it may try, so a tune on a GPU compares correct candidates."""
+    start = dict(device.tuning("gemm"), GEMM_LOCAL=1)
+    work = tuner.workloads(device, "gemm", [TINY])
+    for name in ("GEMM_LBK", "GEMM_LTN"):
+        for value in tuner.choices(device, "gemm", name, start):
+            candidate = dict(start, **{name: value})
+            if tuner._valid("gemm", candidate):
+                with tuning.trial(device, "gemm", candidate):
+                    for w in work:
+                        w.check()
+
+
 def test_tune_checks_every_family_stores_and_is_used(device, db):
     results, path = tuner.tune(device, budget=20, configs=[TINY, TINY_GRU], repeat=1,
                                progress=False)
@@ -149,6 +163,22 @@ def test_choices_respect_the_device(device):
     for name in ("GEMM_WG", "GEMM_PACK_WG"):
         assert max(tuner.choices(device, "gemm", name, current)) <= \
             tuning.clamp_work_group(device.info, 1 << 20)
+    # the tiled kernel: not offered to CPU-like devices, its tile only while it runs, and then
+    # only tiles the device can run
+    cpu_like = device.info.type == "cpu" or device.profile.prefers_explicit_vectors
+    local = tuner.choices(device, "gemm", "GEMM_LOCAL", current)
+    assert local == ([current["GEMM_LOCAL"]] if cpu_like else [0, 1])
+    for name in tuning.GEMM_LOCAL_KEYS:
+        assert tuner.choices(device, "gemm", name, dict(current, GEMM_LOCAL=0)) == [current[name]]
+        forced = dict(current, GEMM_LOCAL=1)
+        values = tuner.choices(device, "gemm", name, forced)
+        assert len(values) > 1 and current[name] in values
+        for value in values:
+            assert tuning.gemm_local_fits(device.info, dict(forced, **{name: value}), 4) or \
+                value == current[name]
+    # combinations the tiled kernel cannot take are never tried
+    assert not tuner._valid("gemm", dict(current, GEMM_LBM=64, GEMM_LTM=8, GEMM_LBN=48,
+                                         GEMM_LTN=32))
 
 
 def test_autotune_runs_once_on_first_use(device, db, monkeypatch):

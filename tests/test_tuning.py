@@ -106,7 +106,7 @@ def test_kernel_source_defaults_are_the_derived_ones():
             else:
                 assert ints == [derived[f32][key]], (name, key)
             checked += 1
-    assert checked == 12
+    assert checked == 18    # (with the tiled GEMM kernel's GEMM_LOCAL and tile)
 
 
 @pytest.mark.parametrize("info", ZOO, ids=lambda i: i.name)
@@ -129,6 +129,19 @@ def test_derived_defaults_are_complete_and_within_the_device_limits(info):
         width = max(info.simd_widths) if info.simd_widths else profile.simd_width
         if _wg_limit(info) >= width:
             assert gemm["GEMM_WG"] % width == 0      # whole warps / wavefronts / sub-groups
+    # GPUs run every product through the tiled kernel, with a tile the device can run (both
+    # dtypes); CPU-like devices keep the register-tile kernels
+    cpu_like = info.type == "cpu" or profile.prefers_explicit_vectors
+    for family, itemsize in (("gemm", 4), ("gemm_f64", 8)):
+        values = derived[family]
+        runs_tiled = not cpu_like and info.max_work_group_size >= 64    # the smallest tile
+        assert values["GEMM_LOCAL"] == runs_tiled, (family, info.name)
+        if runs_tiled:
+            assert tuning.gemm_local_fits(info, values, itemsize), (family, values)
+            wg0, wg1 = tuning.gemm_local_work_group(values)
+            if info.registers_per_group:
+                assert wg0 * wg1 * 2 * values["GEMM_LTM"] * values["GEMM_LTN"] * itemsize // 4 \
+                    <= info.registers_per_group
 
 
 @pytest.mark.parametrize("info, width", [(AVX2_CPU, 8), (AVX512_CPU, 16), (NEON_CPU, 4),
@@ -157,6 +170,21 @@ def test_derived_defaults_differ_where_the_devices_do():
     assert h100["REC_WG"] == 0
     # a GPU splits a tile's products over one warp; a CPU work-item owns its tile
     assert h100["REC_KS"] == 32 and avx2["recurrence"]["REC_KS"] == 1
+
+
+def test_gpu_tiled_gemm_tiles():
+    """The tiled GEMM's tile: 128 x 128 blocks of 8 x 8 where the device has room (H100 both
+    dtypes), smaller where its work-group, local memory or registers are smaller."""
+    tile = [tuning.derive(i, profile_for(i))["gemm"] for i in (NVIDIA_H100, TINY_GPU)]
+    f64 = tuning.derive(APPLE_M2, profile_for(APPLE_M2))["gemm_f64"]
+    h100_f64 = tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))["gemm_f64"]
+    keys = tuning.GEMM_LOCAL_KEYS
+    assert [tile[0][k] for k in keys] == [128, 128, 16, 8, 8]
+    assert [h100_f64[k] for k in keys] == [128, 128, 16, 8, 8]
+    # 64 work-items, 2048 registers: 8 x 8 work-items of 4 x 4 (2 x 16 registers each)
+    assert [tile[1][k] for k in keys] == [32, 32, 16, 4, 4]
+    # 32 KiB of local memory: the float64 chunks of 128 x 128 blocks (33 KiB) do not fit
+    assert f64["GEMM_LBM"] < 128 and tuning.gemm_local_fits(APPLE_M2, f64, 8)
 
 
 def test_reported_lock_step_width_wins_over_the_profile():
@@ -188,14 +216,19 @@ def test_every_profile_attribute_is_read():
 
 
 def test_valid_values_rejects_what_the_kernels_cannot_take():
+    tile = {"GEMM_LBM": 64, "GEMM_LBN": 64, "GEMM_LBK": 16, "GEMM_LTM": 4, "GEMM_LTN": 4}
     for bad in ({"GEMM_VW": 3}, {"GEMM_VW": 8, "GEMM_TN": 12}, {"GEMM_TM": 0},
-                {"GEMM_TM": "4"}, {"GEMM_TM": True}, {"NOT_A_PARAM": 1}):
+                {"GEMM_TM": "4"}, {"GEMM_TM": True}, {"NOT_A_PARAM": 1}, {"GEMM_LOCAL": 2},
+                dict(tile, GEMM_LTM=3), dict(tile, GEMM_LBN=60, GEMM_LTN=8),
+                dict(tile, GEMM_LTM=1, GEMM_LTN=2)):     # 64 x 32 work-items
         with pytest.raises(ValueError):
             tuning.valid_values("gemm", bad)
     with pytest.raises(ValueError, match="unknown kernel family"):
         tuning.valid_values("fft", {})
     assert tuning.valid_values("gemm", {"GEMM_VW": 8, "GEMM_TN": 24}) == {"GEMM_VW": 8,
                                                                            "GEMM_TN": 24}
+    assert tuning.valid_values("gemm", dict(tile, GEMM_LBM=24, GEMM_LTM=3)) == \
+        dict(tile, GEMM_LBM=24, GEMM_LTM=3)
 
 # }}}
 

@@ -13,6 +13,8 @@
 //   pyrnn_gemm_dot     D = alpha P Q^T + beta D with rows of P and Q contiguous along k (NT)
 //   pyrnn_gemm_pack_p  X -> panels [rows/GEMM_TM][k][GEMM_TM]   (P of the outer kernel)
 //   pyrnn_gemm_pack_q  X -> panels [cols/GEMM_TN][k][GEMM_TN]   (Q^T of the outer kernel)
+//   pyrnn_gemm_tiled   D = alpha P Q + beta D, P, Q, D all through run-time strides (every
+//                      transposition as stored): the GPU kernel (GEMM_LOCAL = 1, at the end)
 //
 //   outer: one work-item = GEMM_TM x GEMM_TN tile of D    dot: one work-item = GEMM_DTM x GEMM_DTN
 //                 GEMM_TN = GEMM_TNV vectors of GEMM_VW                k (vectors of GEMM_DVW)
@@ -24,11 +26,16 @@
 //   | TM x k|  | in registers      |                        +------------------+
 //   +-------+  +-------------------+                  acc[DTM][DTN] vectors, summed at the end
 //
-// Each work-item owns its register tile and runs the whole k loop: no local memory, no barriers.
-// PoCL does not vectorise across work-items, so vector types inside the work-item are what makes
-// this fast on CPUs (explicit float16 tiles: ~200 GFLOP/s on 2 Zen 4 cores).  Global dimension 2
-// is the batch index.  Edges: rows beyond m are clamped on load and masked on store; a column tile
-// of an unpacked Q that crosses n takes an element-wise path.  k == 0 gives D = beta * D (or 0).
+// outer, dot: each work-item owns its register tile and runs the whole k loop: no local memory,
+// no barriers (CPUs: GEMM_LOCAL = 0, the host never builds the tiled kernel). PoCL does not
+// vectorise across work-items, so vector types inside the work-item are what makes this fast on
+// CPUs (explicit float16 tiles: ~200 GFLOP/s on 2 Zen 4 cores). On a GPU the same design reads
+// every operand from global memory once per work-item (~2.5-3 TFLOP/s on an H100);
+// pyrnn_gemm_tiled instead shares GEMM_LBM x GEMM_LBK and GEMM_LBK x GEMM_LBN chunks of P and Q
+// through local memory across a work-group (its own comment below). Global dimension 2 is the
+// batch index. Edges (outer, dot): rows beyond m are clamped on load and masked on store; a
+// column tile of an unpacked Q that crosses n takes an element-wise path; (tiled) zeros are
+// loaded beyond m, n, k and stores masked. k == 0 gives D = beta * D (or 0), + bias.
 // =================================================================================================
 
 #include "common.h"
@@ -439,3 +446,159 @@ __kernel void NAME(const int rows, const int k, const int tfast,                
 
 GEMM_PACK_KERNEL(pyrnn_gemm_pack_p, GEMM_TM, GEMM_T, GEMM_TLOAD1, GEMM_TLOADROW)
 GEMM_PACK_KERNEL(pyrnn_gemm_pack_q, GEMM_TN, GEMM_QT, GEMM_QLOAD1, GEMM_QLOADROW)
+
+// =================================================================================================
+// tiled kernel (GPUs): D = alpha P Q + beta D (+ bias), P[i, kk] = p[i*p_si + kk*p_sk],
+// Q[kk, j] = q[kk*q_sk + j*q_sj] (Q may be 16-bit: GEMM_QS), D[i, j] = d[i*d_si + j*d_sj]; any
+// strides, so every transposition runs as it is stored (nothing packed, no C^T).
+//
+// A work-group of GEMM_LRN x GEMM_LRM work-items computes a GEMM_LBM x GEMM_LBN block of D. Per
+// chunk of GEMM_LBK k values it copies P[block rows, chunk] and Q[chunk, block columns] into local
+// memory (each element read once, consecutive work-items reading consecutive addresses: along k
+// when that stride is 1, along the rows/columns otherwise; zeros beyond m, n, k), waits at a
+// barrier, and each work-item accumulates its GEMM_LTM x GEMM_LTN register micro-tile from local
+// memory: rows ly + r*GEMM_LRM, columns lx + s*GEMM_LRN (strided, so that neighbouring work-items
+// read neighbouring local words and store neighbouring columns of D). Local rows are padded by one
+// element: a chunk copied along k writes local words GEMM_LBM + 1 apart (no bank conflicts).
+// GEMM_KBLK > 0: the k sum is two-level (a second register tile adds each block's sum).
+// Compiled only with GEMM_LOCAL = 1 (the host routes every product here then, pyrnn_cl/gemm.py).
+// Global: (column blocks * GEMM_LRN, row blocks * GEMM_LRM, batch), local (GEMM_LRN, GEMM_LRM, 1).
+// =================================================================================================
+#ifndef GEMM_LOCAL
+#define GEMM_LOCAL 0       // 1: compile pyrnn_gemm_tiled (the host's GPU path)
+#endif
+#ifndef GEMM_LBM
+#define GEMM_LBM 64        // tiled: rows of D per work-group
+#endif
+#ifndef GEMM_LBN
+#define GEMM_LBN 64        // tiled: columns of D per work-group
+#endif
+#ifndef GEMM_LBK
+#define GEMM_LBK 16        // tiled: k values per local-memory chunk
+#endif
+#ifndef GEMM_LTM
+#define GEMM_LTM 4         // tiled: rows of D per work-item (divides GEMM_LBM)
+#endif
+#ifndef GEMM_LTN
+#define GEMM_LTN 4         // tiled: columns of D per work-item (divides GEMM_LBN)
+#endif
+
+#if GEMM_LOCAL
+#if GEMM_LBM % GEMM_LTM || GEMM_LBN % GEMM_LTN
+#error "GEMM_LTM must divide GEMM_LBM and GEMM_LTN GEMM_LBN"
+#endif
+#define GEMM_LRM (GEMM_LBM / GEMM_LTM)   // work-items along m
+#define GEMM_LRN (GEMM_LBN / GEMM_LTN)   // work-items along n
+#define GEMM_LWG (GEMM_LRM * GEMM_LRN)   // work-items per group
+#define GEMM_LPE ((GEMM_LBM * GEMM_LBK + GEMM_LWG - 1) / GEMM_LWG)   // P elements per work-item
+#define GEMM_LQE ((GEMM_LBN * GEMM_LBK + GEMM_LWG - 1) / GEMM_LWG)   // Q elements per work-item
+
+__kernel __attribute__((reqd_work_group_size(GEMM_LRN, GEMM_LRM, 1)))
+void pyrnn_gemm_tiled(const int m, const int n, const int k, const GEMM_T alpha, const GEMM_T beta,
+                      const __global GEMM_T* restrict p, const long p_off, const long p_si,
+                      const long p_sk, const long p_batch,
+                      const __global GEMM_QT* restrict q, const long q_off, const long q_sk,
+                      const long q_sj, const long q_batch,
+                      __global GEMM_T* d, const long d_off, const long d_si, const long d_sj,
+                      const long d_batch, const int has_bias,
+                      const __global GEMM_T* restrict bias, const long b_off,
+                      const long b_si, const long b_sj) {
+  __local GEMM_T ps[GEMM_LBK][GEMM_LBM + 1];
+  __local GEMM_T qs[GEMM_LBK][GEMM_LBN + 1];
+  const int lx = get_local_id(0), ly = get_local_id(1), tid = ly * GEMM_LRN + lx;
+  const int j0 = get_group_id(0) * GEMM_LBN, i0 = get_group_id(1) * GEMM_LBM;
+  const long bi = get_global_id(2);
+  p += p_off + bi * p_batch;
+  q += q_off + bi * q_batch;
+  d += d_off + bi * d_batch;
+  bias += b_off;
+  // which index of a chunk runs fastest across work-items: the one with unit stride
+  const int p_kfast = p_sk == 1, q_kfast = q_sk == 1 && q_sj != 1;
+
+  GEMM_T acc[GEMM_LTM][GEMM_LTN];
+#if GEMM_KBLK
+  GEMM_T tot[GEMM_LTM][GEMM_LTN];
+#endif
+  #pragma unroll
+  for (int r = 0; r < GEMM_LTM; ++r) {
+    #pragma unroll
+    for (int s = 0; s < GEMM_LTN; ++s) {
+      acc[r][s] = (GEMM_T)0;
+#if GEMM_KBLK
+      tot[r][s] = (GEMM_T)0;
+#endif
+    }
+  }
+
+  for (int k0 = 0; k0 < k; k0 += GEMM_LBK) {
+    // ---- chunk -> local memory (zeros outside the matrices) --------------------------------------
+    #pragma unroll
+    for (int l = 0; l < GEMM_LPE; ++l) {
+      const int e = tid + l * GEMM_LWG;
+      if ((GEMM_LBM * GEMM_LBK) % GEMM_LWG == 0 || e < GEMM_LBM * GEMM_LBK) {
+        const int r = p_kfast ? e / GEMM_LBK : e % GEMM_LBM;
+        const int c = p_kfast ? e % GEMM_LBK : e / GEMM_LBM;
+        const int i = i0 + r, kk = k0 + c;
+        ps[c][r] = (i < m && kk < k) ? p[(long)i * p_si + (long)kk * p_sk] : (GEMM_T)0;
+      }
+    }
+    #pragma unroll
+    for (int l = 0; l < GEMM_LQE; ++l) {
+      const int e = tid + l * GEMM_LWG;
+      if ((GEMM_LBN * GEMM_LBK) % GEMM_LWG == 0 || e < GEMM_LBN * GEMM_LBK) {
+        const int s = q_kfast ? e / GEMM_LBK : e % GEMM_LBN;
+        const int c = q_kfast ? e % GEMM_LBK : e / GEMM_LBN;
+        const int j = j0 + s, kk = k0 + c;
+        qs[c][s] = (j < n && kk < k) ? GEMM_QLOAD1(q, (long)kk * q_sk + (long)j * q_sj)
+                                     : (GEMM_T)0;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // ---- register micro-tile from local memory ----------------------------------------------------
+    #pragma unroll
+    for (int c = 0; c < GEMM_LBK; ++c) {
+      GEMM_T av[GEMM_LTM], bv[GEMM_LTN];
+      #pragma unroll
+      for (int r = 0; r < GEMM_LTM; ++r) av[r] = ps[c][ly + r * GEMM_LRM];
+      #pragma unroll
+      for (int s = 0; s < GEMM_LTN; ++s) bv[s] = qs[c][lx + s * GEMM_LRN];
+      #pragma unroll
+      for (int r = 0; r < GEMM_LTM; ++r) {
+        #pragma unroll
+        for (int s = 0; s < GEMM_LTN; ++s) acc[r][s] = GEMM_MAD(av[r], bv[s], acc[r][s]);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+#if GEMM_KBLK
+    // a block of GEMM_KBLK k values ends in this chunk: add its sum to the total
+    if ((k0 + GEMM_LBK) / GEMM_KBLK != k0 / GEMM_KBLK) {
+      #pragma unroll
+      for (int r = 0; r < GEMM_LTM; ++r) {
+        #pragma unroll
+        for (int s = 0; s < GEMM_LTN; ++s) { tot[r][s] += acc[r][s]; acc[r][s] = (GEMM_T)0; }
+      }
+    }
+#endif
+  }
+
+  // ---- store: beta == 0 never reads D ------------------------------------------------------------
+  #pragma unroll
+  for (int r = 0; r < GEMM_LTM; ++r) {
+    const int i = i0 + ly + r * GEMM_LRM;
+    if (i >= m) break;
+    __global GEMM_T* drow = d + (long)i * d_si;
+    #pragma unroll
+    for (int s = 0; s < GEMM_LTN; ++s) {
+      const int j = j0 + lx + s * GEMM_LRN;
+#if GEMM_KBLK
+      const GEMM_T sum = tot[r][s] + acc[r][s];
+#else
+      const GEMM_T sum = acc[r][s];
+#endif
+      if (j < n) GEMM_STORE1(drow + (long)j * d_sj, sum, GEMM_BIAS1(i, j));
+    }
+  }
+}
+#endif  // GEMM_LOCAL
