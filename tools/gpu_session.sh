@@ -59,15 +59,15 @@ for s in "$@"; do
     tests)
       # shellcheck disable=SC2086
       PYRNN_CL_TEST=nvidia stage tests "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider \
-        ${TEST_ARGS:-tests -m "not slow" -n 8 --maxfail=50} ;;
+        ${TEST_ARGS:-tests -m "not slow" -n ${TEST_WORKERS:-8} --maxfail=50} ;;
     bench)
-      stage bench 540 python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
+      stage bench "${BENCH_TIMEOUT:-540}" python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
         ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/bench.json" ;;
     quick)
       stage quick 150 python3 -m pyrnn_cl bench --torch-device cuda --no-progress \
         --configs gpu-lstm-512x16,gpu-lstm-1024x32,gpu-gru-512x32 --json "$OUT/quick.json" ;;
     tune)
-      stage tune $(( ${TUNE_BUDGET:-240} + 120 )) python3 -m pyrnn_cl tune --no-progress \
+      stage tune $(( ${TUNE_BUDGET:-240} + ${TUNE_SLACK:-120} )) python3 -m pyrnn_cl tune --no-progress \
         --budget "${TUNE_BUDGET:-240}" ${TUNE_CONFIGS:+--configs $TUNE_CONFIGS}
       cp -r ~/.cache/pyrnn_cl/tuning/*.json "$OUT/" 2>/dev/null ;;
     benchtuned)
