@@ -64,8 +64,11 @@ def test_odd_hidden_and_batch_sizes(device, cell, H, N, dtype):
 
 @pytest.mark.parametrize("H,N", [(16, 5), (6, 13)], ids=["H16-N5", "H6-N13"])
 @pytest.mark.parametrize("cell", list(CELLS))
-def test_default_vector_widths_float32(device, cell, H, N):
-    """Hidden sizes the default tuning vectorises (float32: 8 or 2 units per work-item)."""
+def test_default_vector_widths_float32(device, monkeypatch, cell, H, N):
+    """Hidden sizes the default tuning vectorises (float32: 8 or 2 units per work-item; a
+    device whose default is one unit, a GPU, is given 8 so the vector paths still run)."""
+    if int(device.tuning("recurrence")["REC_VW"]) < 2:
+        override_tuning(device, monkeypatch, REC_VW=8)
     rec = engine.Recurrence(device, np.float32, CellSpec("rnn", (0,), (2,)), T=1, N=N, H=H)
     assert H % rec.vw == 0 and rec.vw > 1, "this case must exercise a vector width > 1"
     _check(device, cell, S.Shape("vec", T=5, N=N, I=4, H=H), np.float32, seed=H + N)
