@@ -50,7 +50,7 @@ def main(argv=None) -> int:
                 getattr(mod, "enqueue", None) is real:
             mod.enqueue = recording
     print(f"device: {base.info.name} ({base.info.platform_name})")
-    for shape in args.shapes:
+    def run_shape(shape):
         cfg = _shape_config(shape)
         rng = np.random.default_rng(0)
         G = {"lstm": 4, "gru": 3}.get(cfg.cell, 1)
@@ -109,6 +109,9 @@ def main(argv=None) -> int:
                   f"kernels busy {busy:.3f} ms")
             for name, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1]):
                 print(f"  {name:28s} {n:5d} launches {ms:9.3f} ms  {1e3 * ms / n:8.1f} us each")
+
+    for shape in args.shapes:
+        run_shape(shape)
     return 0
 
 
