@@ -37,6 +37,7 @@ absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,6 +222,14 @@ def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None
     return gx
 
 
+_log = logging.getLogger("pyrnn_cl")
+
+#: The step kernels of ``cl/recurrence.cl`` that split their products over ``REC_KS``
+#: work-items (a work-group each); the whole-sequence kernels never run with ``REC_KS`` > 1.
+_SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "pyrnn_bwd_b",
+                       "pyrnn_bwd_proj")
+
+
 def _sig(kernel: str) -> KernelSignature:
     """The signature of ``kernel`` of ``cl/recurrence.cl`` (arguments by name)."""
     return kernel_signature("recurrence.cl", kernel)
@@ -353,7 +362,26 @@ class Recurrence:
             defines.update(extra)
             prog = self._programs[key] = get_program(self.device, "recurrence.cl", defines,
                                                      prelude=(self.cell.source,))
+            if self.ks > 1 and self._fewer_lanes(prog):
+                return self._program(**extra)
         return prog
+
+    def _fewer_lanes(self, prog) -> bool:
+        """With products split over ``ks`` work-items, each step kernel is launched with local
+        size ``(ks, 1)``, which a kernel's own ``CL_KERNEL_WORK_GROUP_SIZE`` may not allow (a
+        register-heavy kernel on some GPUs, pitfalls C3). Then take the largest power of two it
+        allows, forget the programs built for ``ks`` and return True (the caller builds
+        again); else False."""
+        names = set(prog.kernel_names) & set(_SPLIT_STEP_KERNELS)
+        limit = min((prog.work_group_size(n) for n in names), default=self.ks)
+        if limit >= self.ks:
+            return False
+        ks = 1 << (max(1, limit).bit_length() - 1)
+        _log.info("pyrnn_cl: %s allows work-groups of %d, not REC_KS = %d: using %d",
+                  self.device.info.name, limit, self.ks, ks)
+        self.ks = ks
+        self._programs.clear()
+        return True
 
     def _or_dummy(self, a):
         return self._dummy.base_data if a is None else a.base_data

@@ -108,6 +108,34 @@ def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
             assert_close(a, b, what=f"REC_VW={vw} REC_NB={nb} REC_KS={ks} vs REC_VW=1", tol=1e-12)
 
 
+def test_split_products_respect_the_kernels_work_group_limit(device, monkeypatch, caplog):
+    """REC_KS = 32 where the step kernels allow work-groups of only 12 (a kernel's own
+    CL_KERNEL_WORK_GROUP_SIZE, below the device's): the layer builds again with 8 lanes, says
+    so in the log, and still gives the reference's answer."""
+    import logging
+
+    from pyrnn_cl import programs
+
+    needs_fp64(device)
+    override_tuning(device, monkeypatch, REC_KS=32, REC_VW=1, REC_VW_F64=1, REC_NB=2)
+    real = programs.Program.work_group_size
+
+    def limited(self, name):
+        return min(12, real(self, name)) if name in engine._SPLIT_STEP_KERNELS else \
+            real(self, name)
+
+    monkeypatch.setattr(programs.Program, "work_group_size", limited)
+    rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
+                            T=5, N=13, H=16)
+    assert rec.ks == 32
+    with caplog.at_level(logging.INFO, logger="pyrnn_cl"):
+        prog = rec._program()
+    assert rec.ks == 8 and prog.defines["REC_KS"] == 8
+    assert any("not REC_KS = 32: using 8" in r.getMessage() for r in caplog.records)
+    for cell in CELLS:
+        _check(device, cell, S.Shape("limited", T=5, N=13, I=3, H=16), np.float64, seed=3)
+
+
 # =================================================================================================
 # Sequence lengths through the engine API
 
