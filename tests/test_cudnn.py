@@ -201,6 +201,20 @@ def test_every_upstream_subset(device):
 
 # ---- sequence lengths ----------------------------------------------------------------------------
 
+def _fwd_bwd_vs_ref(device, x, h0, c0, params, lens, up, kw, tm, what):
+    """Forward and backprop (float64) with ``lens`` and upstream gradients ``up``, each result
+    checked against cudnn_ref; returns ``(outputs, gradients)``."""
+    out, grads = fwd_bwd(device, x, h0, c0, params, lens, up, kw, time_major=tm)
+    r_out = ref.cudnn_rnn_forward(x, h0, c0, params, lens, time_major=tm, **kw)
+    r_grads = ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, time_major=tm, **kw)
+    for i in range(3):
+        assert_rel(out[i], r_out[i], F64_TOL, f"{what}: output {i}")
+    for i in range(4):
+        assert_rel(grads[i], r_grads[i], F64_TOL, f"{what}: gradient {i}")
+    return out, grads
+
+
+
 @pytest.mark.parametrize("mode,D,tm", [("lstm", 2, True), ("gru", 2, False), ("rnn_relu", 1, True),
                                        ("lstm_proj", 2, False)])
 def test_lengths(device, mode, D, tm):
@@ -222,13 +236,7 @@ def test_lengths(device, mode, D, tm):
             x, h0, c0, params, kw = problem(mode, L, D, P, N=N, time_major=tm, seed=5)
         seq = (T_, N, D * (P or H_)) if tm else (N, T_, D * (P or H_))
         up = upstream([seq, h0.shape, c0.shape if lstm else None], ())
-        out, grads = fwd_bwd(device, x, h0, c0, params, lens, up, kw, time_major=tm)
-        r_out = ref.cudnn_rnn_forward(x, h0, c0, params, lens, time_major=tm, **kw)
-        r_grads = ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, time_major=tm, **kw)
-        for i in range(3):
-            assert_rel(out[i], r_out[i], F64_TOL, f"lens {lens}: output {i}")
-        for i in range(4):
-            assert_rel(grads[i], r_grads[i], F64_TOL, f"lens {lens}: gradient {i}")
+        out, grads = _fwd_bwd_vs_ref(device, x, h0, c0, params, lens, up, kw, tm, f"lens {lens}")
         # direct checks of the semantics, independent of any oracle
         y = out[0] if tm else out[0].transpose(1, 0, 2)
         dx = grads[0] if tm else grads[0].transpose(1, 0, 2)
@@ -260,13 +268,7 @@ def test_split_products(device, monkeypatch, mode, ks):
     x, h0, c0, params, kw = problem(mode, L, D, P, N=N, time_major=True, seed=ks)
     lens = np.array([3, 0, 5, 1, 4])
     up = upstream([(T_, N, D * (P or H_)), h0.shape, c0.shape if mode == "lstm" else None], ())
-    out, grads = fwd_bwd(device, x, h0, c0, params, lens, up, kw, time_major=True)
-    r_out = ref.cudnn_rnn_forward(x, h0, c0, params, lens, time_major=True, **kw)
-    r_grads = ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, time_major=True, **kw)
-    for i in range(3):
-        assert_rel(out[i], r_out[i], F64_TOL, f"REC_KS={ks}: output {i}")
-    for i in range(4):
-        assert_rel(grads[i], r_grads[i], F64_TOL, f"REC_KS={ks}: gradient {i}")
+    _fwd_bwd_vs_ref(device, x, h0, c0, params, lens, up, kw, True, f"REC_KS={ks}")
 
 
 def test_output_backprop_ignored_past_length(device):

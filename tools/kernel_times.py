@@ -16,40 +16,24 @@ import sys
 import time
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, ".")
+    sys.path[:0] = [".", "tools"]
+    from profiling import profiling_device
+
     import pyrnn_cl as rc
-    from pyrnn_cl import programs
     from pyrnn_cl.bench.configs import _shape_config
-    from pyrnn_cl.devices import Device, get_device
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("shapes", nargs="+")
     p.add_argument("--device", default=None)
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
-    base = get_device(args.device)
-    queue = cl.CommandQueue(base.context, base.cl_device,
-                            properties=cl.command_queue_properties.PROFILING_ENABLE)
-    device = Device.from_queue(queue)
-    events: list = []
-    real = programs.enqueue
-
-    def recording(q, kernel, global_size, local_size=None, **kw):
-        ev = real(q, kernel, global_size, local_size, **kw)
-        if isinstance(kernel, cl.Kernel):
-            events.append((kernel.function_name, ev))
-        return ev
-
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("pyrnn_cl") and \
-                getattr(mod, "enqueue", None) is real:
-            mod.enqueue = recording
-    print(f"device: {base.info.name} ({base.info.platform_name})")
+    device, events = profiling_device(args.device)
+    queue = device.queue
+    print(f"device: {device.info.name} ({device.info.platform_name})")
     def run_shape(shape):
         cfg = _shape_config(shape)
         rng = np.random.default_rng(0)

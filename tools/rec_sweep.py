@@ -17,40 +17,25 @@ import itertools
 import sys
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 SETTINGS = list(itertools.product((1, 2, 4), (2, 4, 8, 16), (8, 16, 32, 64)))
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, ".")
+    sys.path[:0] = [".", "tools"]
+    from profiling import profiling_device
+
     import pyrnn_cl as rc
-    from pyrnn_cl import programs, tuning
-    from pyrnn_cl.devices import Device, get_device
+    from pyrnn_cl import tuning
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("shapes", nargs="*", default=["512x16", "1024x32", "1024x1", "2048x64"])
     p.add_argument("--device", default=None)
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
-    base = get_device(args.device)
-    queue = cl.CommandQueue(base.context, base.cl_device,
-                            properties=cl.command_queue_properties.PROFILING_ENABLE)
-    device = Device.from_queue(queue)
-    events: list = []
-    real = programs.enqueue
-
-    def recording(q, kernel, global_size, local_size=None, **kw):
-        ev = real(q, kernel, global_size, local_size, **kw)
-        if isinstance(kernel, cl.Kernel):
-            events.append((kernel.function_name, ev))
-        return ev
-
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("pyrnn_cl") and \
-                getattr(mod, "enqueue", None) is real:
-            mod.enqueue = recording
+    device, events = profiling_device(args.device)
+    queue = device.queue
 
     def step_us(name):
         times = [(e.profile.end - e.profile.start) * 1e-3 for n, e in events if n == name]
