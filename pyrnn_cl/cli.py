@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import ConfigurationError
@@ -170,5 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:      # a bad environment variable: say which, no traceback
         print(f"pyrnn-cl: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`pyrnn-cl devices | head`): stop quietly, as other tools do;
+        # stdout goes to /dev/null so the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     parser.print_help()
     return 2

@@ -533,3 +533,21 @@ def test_cli_delegates_lazily(monkeypatch, capsys):
     assert cli.main([]) == 2
 
 # }}}
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly():
+    """`pyrnn-cl devices | head -1`: the reader has gone before the command writes; the command
+    ends with status 1 and no traceback on stderr."""
+    import os
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)             # nobody will read: the first write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pyrnn_cl", "devices", "-v"],
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, (proc.returncode, err)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
