@@ -28,6 +28,7 @@ pyopencl's underlying program object directly and route the log through ``loggin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -373,9 +374,10 @@ class Program:
             kernels[name] = kernel
         return kernel
 
-    @property
+    @functools.cached_property
     def kernel_names(self) -> list[str]:
-        """Names of the kernels in this program."""
+        """Names of the kernels in this program (asked once: a built program's kernels do
+        not change, and layers look at them on every call)."""
         try:
             names = self.cl_program.get_info(cl.program_info.KERNEL_NAMES)
         except cl.Error:

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Runs pyrnn_cl on a lent NVIDIA GPU machine (the developers' device tool; never CI). That
 # machine has CUDA, PyTorch with cuDNN and NVIDIA's driver, but no pyopencl and no ICD file:
-# pyopencl and its pure-Python needs travel as wheels in .whl/ (DEVELOPERS' note in
-# docs/platforms.md, "Running on a lent GPU"), and the ICD file is written here, naming the
-# driver's libnvidia-opencl.so.1 wherever the image mounts it.
+# pyopencl and its pure-Python needs travel as wheels in .whl/ (docs/platforms.md, "NVIDIA's
+# OpenCL"), and the ICD file is written here, naming the driver's libnvidia-opencl.so.1
+# wherever the image mounts it.
 #
 #   bash tools/gpu_session.sh STAGE...     (stages run in order; each logs to $OUT/STAGE.log)
 #
 # Stages: probe (driver, OpenCL platforms, `pyrnn-cl devices`), selftest, tests (the suite on
-# the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, derived defaults, JSON to
-# $OUT), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT), benchtuned (the GPU tier
-# again, tuned entry in use), quick (three GPU-tier configurations only), times (device time per
-# kernel, tools/kernel_times.py). A tuning entry in .gpu/tuning/ (carried) is installed first.
-# Environment: TUNE_BUDGET (seconds, default 240), BENCH_CONFIGS (comma list, default the tier),
-# TEST_ARGS (pytest arguments, default the non-slow suite on 8 workers).
+# the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, JSON to $OUT), quick (three
+# GPU-tier configurations), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT),
+# benchtuned (the GPU tier again, tuned entry in use), times (device time per kernel,
+# tools/kernel_times.py), script (any Python file: SCRIPT="path args"). A tuning entry in
+# .gpu/tuning/ (carried) is installed first.
+# Environment: TEST_ARGS (pytest arguments, default the non-slow suite), TEST_WORKERS (8),
+# TEST_TIMEOUT (420 s); BENCH_CONFIGS (comma list, default the tier), BENCH_TIMEOUT (540 s);
+# TUNE_BUDGET (240 s), TUNE_SLACK (120 s over the budget), TUNE_CONFIGS; TIMES_SHAPES;
+# SCRIPT, SCRIPT_TIMEOUT (500 s); TAIL (log lines echoed per stage, 25).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -69,7 +72,7 @@ for s in "$@"; do
     tune)
       stage tune $(( ${TUNE_BUDGET:-240} + ${TUNE_SLACK:-120} )) python3 -m pyrnn_cl tune --no-progress \
         --budget "${TUNE_BUDGET:-240}" ${TUNE_CONFIGS:+--configs $TUNE_CONFIGS}
-      cp -r ~/.cache/pyrnn_cl/tuning/*.json "$OUT/" 2>/dev/null ;;
+      cp ~/.cache/pyrnn_cl/tuning/*.json "$OUT/" 2>/dev/null ;;
     benchtuned)
       stage benchtuned 540 python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
         ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/benchtuned.json" ;;

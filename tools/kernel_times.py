@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     device, events = profiling_device(args.device)
     queue = device.queue
     print(f"device: {device.info.name} ({device.info.platform_name})")
+
     def run_shape(shape):
         cfg = _shape_config(shape)
         rng = np.random.default_rng(0)

@@ -1,5 +1,6 @@
-"""Shared by the developer tools kernel_times.py and rec_sweep.py: a pyrnn_cl device on a
-profiling command queue whose kernel launches are recorded."""
+"""Shared by the developer tools kernel_times.py and rec_sweep.py (which put the repository
+root and tools/ on sys.path): a pyrnn_cl device on a profiling command queue whose kernel
+launches are recorded."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ def profiling_device(spec):
     with ``PROFILING_ENABLE``, and the list to which every kernel launch of pyrnn_cl appends
     ``(kernel name, cl.Event)`` from now on (``programs.enqueue`` wrapped wherever pyrnn_cl's
     modules imported it). The caller clears the list between the calls it times."""
-    sys.path.insert(0, ".")
     from pyrnn_cl import programs
     from pyrnn_cl.devices import Device, get_device
 
