@@ -80,6 +80,17 @@ def wrap_host(queue, a: np.ndarray) -> cla.Array:
     return empty(queue, a.shape, a.dtype, data=cl.Buffer(queue.context, flags, hostbuf=a))
 
 
+def copied_at_creation(queue, a: np.ndarray) -> cla.Array:
+    """A new device array holding a copy of the small host array ``a``, made when its buffer
+    is created (``COPY_HOST_PTR``): no queue command, where ``cla.to_device`` enqueues a
+    write (about 40 us of host time on PoCL, on the path of every call that makes one)."""
+    a = np.ascontiguousarray(a)
+    if not a.size:
+        return empty(queue, a.shape, a.dtype)
+    flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+    return empty(queue, a.shape, a.dtype, data=cl.Buffer(queue.context, flags, hostbuf=a))
+
+
 def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
     """Host arrays of regions of device arrays, ``reads`` = ``(array, element offset, shape)``
     each: every read enqueued, then one wait.

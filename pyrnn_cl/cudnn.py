@@ -54,6 +54,7 @@ from ._arrays import (
     check_rank,
     check_shape,
     common_dtype,
+    copied_at_creation,
     is_array,
     sub_array,
     widen_runs,
@@ -452,9 +453,10 @@ class _Net:
         return gx
 
     def recurrence(self):
-        return Recurrence(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N, H=self.H,
-                          D=self.D, P=self.lay.P, rev_mask=0b10 if self.D == 2 else 0,
-                          has_len=self.lens is not None, has_hb=True)
+        return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,
+                                 H=self.H, D=self.D, P=self.lay.P,
+                                 rev_mask=0b10 if self.D == 2 else 0,
+                                 has_len=self.lens is not None, has_hb=True)
 
     def apply_dropout(self, src, l, dst=None):
         """``dst = src ⊙ mask_l`` (kept values scaled by 1/(1-p)); ``l`` = the layer whose
@@ -564,8 +566,7 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
         values = host
-        host = (cla.to_device(net.q, values, async_=True) if values.size     # our own array
-                else cla.empty(net.q, (0,), np.int8))
+        host = copied_at_creation(net.q, values)
         if values.size:
             _remember_signature(host, values)
     return (*call.outs(net.seq_out(y, D * K), (out_h, None), (out_c, None), (reserve, None)),

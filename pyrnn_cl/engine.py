@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import pyopencl.array as cla
 
 from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
-from .cells import CellSpec
+from .cells import CellSpec, cell_kind
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
@@ -289,6 +290,10 @@ def _int_arg_setter(knl, index):
     return lambda value: fast(index, _I32(value))
 
 
+#: How many layers :meth:`Recurrence.cached` keeps per device.
+_LAYER_CACHE_SIZE = 64
+
+
 class Recurrence:
     """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
 
@@ -319,6 +324,33 @@ class Recurrence:
         self._programs: dict[tuple, Program] = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
+
+    @classmethod
+    def cached(cls, device, dtype, cell: CellSpec, **kw) -> Recurrence:
+        """The layer that ``Recurrence(device, dtype, cell, **kw)`` would make, made once per
+        device, arguments, cell registration and recurrence tuning and then reused (the last
+        :data:`_LAYER_CACHE_SIZE` of each device): its plan, memory check and memoized programs
+        cost about a tenth of a small layer's call in host time, which on a CPU device takes
+        cores from the kernels. A layer holds no per-call state (kernels are per thread, every
+        buffer is allocated per call), so sharing it is safe; the memory check runs on every
+        call as before."""
+        tuning = device.tuning("recurrence")
+        # (the registry entry too: a cell registered again under its name is another cell)
+        key = (np.dtype(dtype).str, cell, cell_kind(cell.kind), tuple(sorted(kw.items())),
+               tuple(sorted(tuning.items())))
+        layers = getattr(device, "_pyrnn_layers", None)
+        if layers is None:
+            layers = device._pyrnn_layers = OrderedDict()
+        layer = layers.get(key)
+        if layer is None:
+            layer = cls(device, dtype, cell, **kw)
+            layers[key] = layer
+            while len(layers) > _LAYER_CACHE_SIZE:
+                layers.popitem(last=False)
+        else:
+            layers.move_to_end(key)
+            layer._check_memory(backward=False)     # (the device's limits are read each call)
+        return layer
 
     def check_backward_memory(self, full=False):
         """:meth:`backward`'s memory check (forward buffers and one chunk of

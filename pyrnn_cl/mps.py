@@ -212,10 +212,10 @@ class _Layer:
         q = call
         # the engine's memory check first: a request too large for the device is refused
         # before any input is made contiguous or copied
-        self.rec = Recurrence(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
-                              rev_mask=self.rev_mask, has_mask=mask is not None,
-                              has_hb=self.cell.needs_hn and secondary_bias is not None,
-                              has_peep=peephole is not None)
+        self.rec = Recurrence.cached(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
+                                     rev_mask=self.rev_mask, has_mask=mask is not None,
+                                     has_hb=self.cell.needs_hn and secondary_bias is not None,
+                                     has_peep=peephole is not None)
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only

@@ -255,7 +255,7 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
     call = Call(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), device)
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c)
     q = call
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)   # memory check first
+    rec = Recurrence.cached(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)   # memory check first
     xd, hd, wru, wc, bru, bc = q.devs(("x", x), ("h_prev", h_prev), ("w_ru", w_ru),
                                       ("w_c", w_c), ("b_ru", b_ru), ("b_c", b_c))
     W, R = _gru_weights(q, wru, wc, I, H)
@@ -312,7 +312,7 @@ def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: 
     N, I, H = _gru_check(x, h_prev, w_ru, w_c, b_ru, b_c,
                          [("r", r, 1), ("u", u, 1), ("c", c, 1), ("d_h", d_h, 1)])
     q = call
-    rec = Recurrence(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
+    rec = Recurrence.cached(q.device, q.dtype, _GRU_CELL, T=1, N=N, H=H)
     rec.check_backward_memory(full=True)              # before anything is copied
     hd, wru, wc, rd, ud, cd, dhd = q.devs(("h_prev", h_prev), ("w_ru", w_ru), ("w_c", w_c),
                                           ("r", r), ("u", u), ("c", c), ("d_h", d_h))
@@ -395,9 +395,9 @@ class _LSTM:
         clip = self.cell_clip > 0
         cell = CellSpec("lstm", blocks, (_SIG, _SIG, _TANH, _SIG),
                         peephole=PEEP_TF if self.use_peephole else PEEP_NONE, clip=clip)
-        self.rec = Recurrence(q.device, q.dtype, cell, T=T, N=N, H=H,
-                              has_len=self.n_valid < T, has_peep=self.use_peephole,
-                              clip=self.cell_clip if clip else 0.0)
+        self.rec = Recurrence.cached(q.device, q.dtype, cell, T=T, N=N, H=H,
+                                     has_len=self.n_valid < T, has_peep=self.use_peephole,
+                                     clip=self.cell_clip if clip else 0.0)
         if extra:     # a gradient op
             self.rec.check_backward_memory()
         peeps = (("wci", wci), ("wcf", wcf), ("wco", wco)) if self.use_peephole else ()

@@ -582,14 +582,26 @@ def test_device_arrays(device):
 
 
 def test_device_host_reserved_checked_without_a_read(device, monkeypatch):
-    """A backprop given the device ``host_reserved`` its forward made checks it from the values
+    """The device ``host_reserved`` of a forward holds the NumPy forward's values and is made
+    without a queue command. A backprop given it checks it from the values
     kept at the forward, without reading it back (a blocking read would stall the host until
     the forward ends); a device array of other values is read and refused, and one of ours
     from a forward with another seed is refused from its kept values."""
     x, h0, c0, params, kw = problem("gru", 2, 1, seed=19)
     kw = dict(kw, dropout=0.5, seed=3)
-    x, h0, params = (cla.to_device(device.queue, a) for a in cast(np.float32, x, h0, params))
+    host_x, host_h0, host_params = cast(np.float32, x, h0, params)
+    x, h0, params = (cla.to_device(device.queue, a) for a in (host_x, host_h0, host_params))
+    writes = []
+    real_copy = cl.enqueue_copy
+    monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: (writes.append(a[1:3]),
+                                                             real_copy(*a, **k))[1])
     out = rc.cudnn_rnn(x, h0, None, params, **kw)
+    # host_reserved holds the NumPy forward's values, copied when its buffer was made (no
+    # queue command: none of the forward's copies reads host memory)
+    assert not any(isinstance(src, np.ndarray) for _, src in writes)
+    monkeypatch.setattr(cl, "enqueue_copy", real_copy)
+    np.testing.assert_array_equal(
+        out[4].get(), rc.cudnn_rnn(host_x, host_h0, None, host_params, **kw)[4])
     reads = []
     real_get = cla.Array.get
     monkeypatch.setattr(cla.Array, "get", lambda self, *a, **k: (reads.append(self.dtype),

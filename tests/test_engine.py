@@ -424,6 +424,29 @@ def test_temporaries_come_from_a_pool_on_in_order_queues(device):
     assert isinstance(c.base_data, cl.Buffer) and type(c.base_data).__name__ != "PooledBuffer"
 
 
+def test_layers_are_reused_per_arguments_and_tuning(device, monkeypatch):
+    """``Recurrence.cached``: the same layer for the same device, dtype, cell, sizes and
+    tuning (what the dialects call per op); a new one when a size, a flag or the recurrence
+    tuning differs; and the memory check still runs on a reused layer (a device whose limits
+    are lower now refuses it)."""
+    from pyrnn_cl.errors import UnsupportedError
+
+    cell = CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3))
+    kw = dict(T=7, N=5, H=11)
+    first = engine.Recurrence.cached(device, np.float32, cell, **kw)
+    assert engine.Recurrence.cached(device, np.float32, cell, **kw) is first
+    assert engine.Recurrence.cached(device, np.float32, cell, **dict(kw, N=6)) is not first
+    assert engine.Recurrence.cached(device, np.float32, cell, has_len=True, **kw) is not first
+    override_tuning(device, monkeypatch, REC_NB=3)
+    tuned = engine.Recurrence.cached(device, np.float32, cell, **kw)
+    assert tuned is not first and tuned.nb == 3
+    override_tuning(device, monkeypatch)
+    assert engine.Recurrence.cached(device, np.float32, cell, **kw) is first
+    monkeypatch.setattr(device, "_pyrnn_mem_limits", (1000, 1000), raising=False)
+    with pytest.raises(UnsupportedError, match="T=7, N=5, H=11"):
+        engine.Recurrence.cached(device, np.float32, cell, **kw)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_input_product_in_the_sequence_kernel(device, monkeypatch, cell, dtype):

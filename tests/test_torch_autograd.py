@@ -294,6 +294,27 @@ def test_reserve_kept_on_device_equals_rebuilt(device, monkeypatch):
     assert len(rt._RESERVES) == 0
 
 
+def test_training_forward_reads_only_its_results(device, path, monkeypatch):
+    """A training forward reads the output and final states from the device, not
+    ``host_reserved`` (its values are known on the host: one device command fewer per call),
+    and the backward that follows still finds the forward's state and matches torch.nn."""
+    ours, ref = _pair("LSTM", device)
+    read = []
+    real = rt.read_host
+    monkeypatch.setattr(rt, "read_host", lambda q, reads, in_place: (
+        read.extend(a.dtype for a, _, _ in reads), real(q, reads, in_place))[1])
+    x = torch.randn(T, N, I, dtype=F64)
+    y, (hn, cn) = ours(x)
+    assert [str(d) for d in read] == ["float64"] * 3      # output, h_n, c_n
+    hits = rt.STATS["reserve_hits"]
+    (y.sum() + hn.pow(2).sum() + cn.sum()).backward()
+    assert rt.STATS["reserve_hits"] == hits + 1
+    y_ref, (hn_ref, cn_ref) = ref(x)
+    (y_ref.sum() + hn_ref.pow(2).sum() + cn_ref.sum()).backward()
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        assert _err(p.grad, q.grad) < 1e-12
+
+
 def test_retain_graph_backward_twice(device, path):
     ours, ref = _pair("GRU", device, bidirectional=True)
     x = torch.randn(T, N, I, dtype=F64)
