@@ -38,8 +38,7 @@ def main(argv=None) -> int:
     def run_shape(shape):
         cfg = _shape_config(shape)
         rng = np.random.default_rng(0)
-        G = {"lstm": 4, "gru": 3}.get(cfg.cell, 1)
-        T, N, I, H = cfg.T, cfg.N, cfg.I, cfg.H
+        G, T, N, I, H = cfg.G, cfg.T, cfg.N, cfg.I, cfg.H
 
         def dev(*s):
             return cla.to_device(queue, (rng.standard_normal(s) * 0.1).astype(np.float32))
