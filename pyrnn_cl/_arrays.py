@@ -91,9 +91,10 @@ def copied_at_creation(queue, a: np.ndarray) -> cla.Array:
     return empty(queue, a.shape, a.dtype, data=cl.Buffer(queue.context, flags, hostbuf=a))
 
 
-def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
+def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarray]:
     """Host arrays of regions of device arrays, ``reads`` = ``(array, element offset, shape)``
-    each: every read enqueued, then one wait.
+    each: every read enqueued, then one wait (``wait=False``: none; the caller finishes
+    ``queue`` before anything reads the arrays, and may meanwhile wrap them, e.g. in tensors).
 
     With ``in_place`` (the device's memory is the host's, :func:`shares_host_memory`) an array
     that owns its buffer (a result of the op, not pooled memory that a later call reuses) is
@@ -113,7 +114,8 @@ def read_host(queue, reads, in_place: bool) -> list[np.ndarray]:
             cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
                             is_blocking=False)
         outs.append(host)
-    queue.finish()
+    if wait:
+        queue.finish()
     return outs
 
 

@@ -267,11 +267,14 @@ def _zeros_on(dev, dkey, t: Tensor):
     return z
 
 
-def _read(dev, reads) -> list:
+def _read(dev, reads, wait=True) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
     shape)`` each (:func:`pyrnn_cl._arrays.read_host`: results mapped, not copied, where the
-    device's memory is the host's)."""
-    return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev))]
+    device's memory is the host's). ``wait=False``: the tensors hold their values only once
+    ``dev.queue`` is finished, which the caller does before anything reads them; work done
+    meanwhile overlaps the device's, where after the wait it would run with the device idle
+    (and, on a CPU device, with caches the kernels have emptied)."""
+    return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev), wait)]
 
 
 class _ParamsEntry:
@@ -529,16 +532,18 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
     return st, out, hn, cn, host
 
 
-def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_state=False):
+def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_state=False,
+             wait=True):
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
-    c_n, host_reserved)``."""
+    c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
+    :func:`_read`)."""
     state, *results = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
                                    zero_state)
     # host_reserved's values are known on the host (no read: one device command fewer)
     known = _cudnn._known_signature(results[-1])
     if known is not None:
         results.pop()
-    got = _read(_device(device), [(a, 0, a.shape) for a in results])
+    got = _read(_device(device), [(a, 0, a.shape) for a in results], wait)
     if known is not None:
         got.append(_tensor(np.frombuffer(known, np.int8).copy()))
     return (state, *got)
@@ -574,12 +579,14 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
     else:
         runs = [(dparams, off, p.shape) for (off, _), p in zip(slots, params)]
     inputs = [a for a, want in zip((dx, dh0, dc0), wanted) if want]
-    got = _read(dev, [(a, 0, a.shape) for a in inputs] + runs)
-    del uploads
+    # the result tensors are made while the device still runs, then one wait (_read)
+    got = _read(dev, [(a, 0, a.shape) for a in inputs] + runs, wait=False)
     (dx, dh0, dc0), grads = ([got.pop(0) if want else None for want in wanted],
                              got)
     if grad_views and grads:
         grads = [grads[0][off:off + n].view(p.shape) for (off, n), p in zip(slots, params)]
+    dev.queue.finish()
+    del uploads
     return dx, dh0, dc0, grads
 
 
@@ -710,8 +717,10 @@ class _EagerRNN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, attrs, training, device, zero_state, x, h0, c0, lengths, seeds, *params):
+        # results not waited for: the caller finishes the queue (_eager_rnn), after autograd's
+        # bookkeeping, which then overlaps the device's work
         state, out, hn, cn, host = _forward(x, h0, c0, params, lengths, seeds, attrs, training,
-                                            device, zero_state)
+                                            device, zero_state, wait=False)
         ctx.attrs, ctx.device = attrs, device
         ctx.state, ctx.lengths, ctx.seeds, ctx.host = (state if training else None), lengths, \
             seeds, host
@@ -961,6 +970,7 @@ class _CLRNNMixin(_RNNBase):
         if _eager((x, h0, c0, *flat)):
             out, hn, cn = _EagerRNN.apply(attrs, training, device, hx is None, x, h0, c0,
                                           lengths, seeds, *flat)
+            _device(device).queue.finish()     # (the results' reads: _EagerRNN.forward)
         else:
             out, hn, cn, _ = torch.ops.pyrnn_cl.rnn(x, h0, c0, flat, lengths, seeds, *attrs,
                                                     training, device, _REVISION)

@@ -301,8 +301,8 @@ def test_training_forward_reads_only_its_results(device, path, monkeypatch):
     ours, ref = _pair("LSTM", device)
     read = []
     real = rt.read_host
-    monkeypatch.setattr(rt, "read_host", lambda q, reads, in_place: (
-        read.extend(a.dtype for a, _, _ in reads), real(q, reads, in_place))[1])
+    monkeypatch.setattr(rt, "read_host", lambda q, reads, in_place, wait=True: (
+        read.extend(a.dtype for a, _, _ in reads), real(q, reads, in_place, wait))[1])
     x = torch.randn(T, N, I, dtype=F64)
     y, (hn, cn) = ours(x)
     assert [str(d) for d in read] == ["float64"] * 3      # output, h_n, c_n
