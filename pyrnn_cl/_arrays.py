@@ -466,6 +466,21 @@ class Call:
             if isinstance(a, cla.Array):
                 self._check_device_array(name, a)
 
+    def check_more(self, named) -> None:
+        """Check arrays given after the call was made (``(name, array or None)`` pairs) as
+        the constructor checks its own: arrays of the call's storage dtype, device arrays of
+        its context and contiguous."""
+        for name, a in named:
+            if a is None:
+                continue
+            dtype, _ = common_dtype(((name, a),))
+            if dtype != self.storage:
+                raise TypeError(f"{name}: got dtype {dtype}, but the call's other arrays are "
+                                f"{self.storage}; all floating arrays of one call must share "
+                                "one dtype")
+            if isinstance(a, cla.Array):
+                self._check_device_array(name, a)
+
     def _check_device_array(self, name, a):
         if a.context != self.device.context:
             raise ValueError(f"{name}: the array lives in another OpenCL context than the "

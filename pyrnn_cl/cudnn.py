@@ -55,6 +55,7 @@ from ._arrays import (
     check_shape,
     common_dtype,
     copied_at_creation,
+    fill,
     is_array,
     sub_array,
     widen_runs,
@@ -261,6 +262,14 @@ def cudnn_dropout_mask(shape: Sequence[int], layer: int, dropout: float, *, seed
     return ones.get().astype(storage)
 
 
+def _check_ignored(name, a, mode) -> None:
+    """TypeError unless the c-state argument ``name``, which ``rnn_mode=mode`` ignores, is
+    None or an array."""
+    if a is not None and not is_array(a):
+        raise TypeError(f"{name}: expected None or an array (ignored for rnn_mode={mode!r}), "
+                        f"got {type(a).__name__}")
+
+
 class _Net:
     """Validated sizes, device inputs and per-layer pieces of one cudnn_rnn(_backprop) call."""
 
@@ -272,15 +281,12 @@ class _Net:
         self.seed = check_int("seed", attrs["seed"])
         self.seed2 = check_int("seed2", attrs["seed2"])
         self.time_major = check_bool("time_major", attrs["time_major"])
-        self.lstm = mode == "lstm"
+        self.mode, self.lstm = mode, mode == "lstm"
         if self.lstm and arrays.get("input_c") is None:
             raise ValueError("input_c: required for rnn_mode='lstm' (got None)")
         if not self.lstm:   # other modes ignore every c-state argument
             for name in ("input_c", "output_c", "output_c_backprop"):
-                a = arrays.pop(name, None)
-                if a is not None and not is_array(a):
-                    raise TypeError(f"{name}: expected None or an array (ignored for "
-                                    f"rnn_mode={mode!r}), got {type(a).__name__}")
+                _check_ignored(name, arrays.pop(name, None), mode)
         self.call = call = Call(arrays, device)
         x, h0, params = arrays["input"], arrays["input_h"], arrays["params"]
         D = 2 if attrs["direction"] == "bidirectional" else 1
@@ -667,103 +673,191 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
                     reserve_space=reserve_space),
                _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
                       time_major, sequence_lengths), device, training=True)
-    call, lay = net.call, net.lay
-    T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
-    seq_shape = (T, N, D * K) if net.time_major else (N, T, D * K)
-    for name, a, shape in (("output", output, seq_shape), ("output_h", output_h, (L * D, N, K)),
-                           ("output_backprop", output_backprop, seq_shape),
-                           ("output_h_backprop", output_h_backprop, (L * D, N, K))):
+    for name, a, shape in (("output", output, net.seq_shape(net.D * net.K)),
+                           ("output_h", output_h, (net.L * net.D, net.N, net.K)),
+                           ("output_c", output_c if net.lstm else None,
+                            (net.L * net.D, net.N, net.H))):
         if a is not None:
             check_shape(name, a, shape)
-    if net.lstm:
-        for name, a in (("output_c", output_c), ("output_c_backprop", output_c_backprop)):
-            if a is not None:
-                check_shape(name, a, (L * D, N, H))
-    _check_host_reserved(net, host_reserved, reserve_space)
-    rec = None
-    if not net.empty_run:        # the memory checks before any input is copied
-        rec = net.recurrence()
-        rec.check_backward_memory()
+    _check_upstream(net, output_backprop, output_h_backprop, output_c_backprop)
+    return _Backprop(net, input, input_h, input_c, params, reserve_space,
+                     host_reserved).run(output_backprop, output_h_backprop, output_c_backprop)
 
-    dparams = call.zeros((lay.size,))
-    # every layer writes all of its initial-state gradients (no zero fill but for an empty run)
-    fresh = call.zeros if net.empty_run else call.empty
-    dh0_all = fresh((L * D, N, K))
-    dc0_all = fresh((L * D, N, H)) if net.lstm else call.empty((0,))
-    if net.empty_run:
-        dhn_all, dcn_all = call.devs(
-            ("output_h_backprop", output_h_backprop),
-            ("output_c_backprop", output_c_backprop if net.lstm else None))
-        dx = call.zeros((T, N, net.I))
-        if dhn_all is not None:
-            _copy(net.q, dh0_all, 0, dhn_all, 0, dh0_all.size)
-        if dcn_all is not None:
-            _copy(net.q, dc0_all, 0, dcn_all, 0, dc0_all.size)
-        return tuple(call.outs(net.seq_out(dx, net.I), (dh0_all, None), (dc0_all, None),
-                               (dparams, None)))
-    assert rec is not None      # built above: the run is not empty
 
-    params_d = call.stored("params", params)    # 16-bit: read as stored
-    res, h0_all, c0_all, x0, dy, dhn_all, dcn_all = call.devs(
-        ("reserve_space", reserve_space), ("input_h", input_h),
-        ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)),
-        ("output_backprop", output_backprop, net.seq_shape(D * K)),
-        ("output_h_backprop", output_h_backprop),
-        ("output_c_backprop", output_c_backprop if net.lstm else None))
-    x0, dy = net.to_time_major(x0, net.I), net.to_time_major(dy, D * K)
-    parts, views = net.reserve_views(res)       # read in place; copied where not addressable
+def _check_upstream(net, output_backprop, output_h_backprop, output_c_backprop):
+    """Check the upstream gradients of a backprop against ``net`` (type, dtype, device,
+    shape); returns ``output_c_backprop``, or None where ``rnn_mode`` ignores it."""
+    if not net.lstm:
+        _check_ignored("output_c_backprop", output_c_backprop, net.mode)
+        output_c_backprop = None
+    net.call.check_more((("output_backprop", output_backprop),
+                         ("output_h_backprop", output_h_backprop),
+                         ("output_c_backprop", output_c_backprop)))
+    LD, N = net.L * net.D, net.N
+    for name, a, shape in (("output_backprop", output_backprop, net.seq_shape(net.D * net.K)),
+                           ("output_h_backprop", output_h_backprop, (LD, N, net.K)),
+                           ("output_c_backprop", output_c_backprop, (LD, N, net.H))):
+        if a is not None:
+            check_shape(name, a, shape)
+    return output_c_backprop
 
-    def saved(l, name):
-        """Reserve part ``name`` (a :class:`Reserve` field) of layer ``l``: in place, or a copy."""
-        view = getattr(views[l], name)
+
+@entry_point
+def _prepare_backprop(input: Array, input_h: Array, input_c: Array | None, params: Array,
+                     sequence_lengths: Array | None, reserve_space: Array, host_reserved: Array,
+                     *, rnn_mode: str = "lstm", input_mode: str = "linear_input",
+                     direction: str = "unidirectional", dropout: float = 0.0, seed: int = 0,
+                     seed2: int = 0, num_proj: int = 0, time_major: bool = True,
+                     device: DeviceArg = None) -> _Backprop:
+    """:func:`cudnn_rnn_backprop` up to where the upstream gradients enter, as a
+    :class:`_Backprop` whose :func:`_run_backprop` does the rest, once (the torch bridge makes
+    it while its training forward still runs: that host work then overlaps the device's
+    instead of holding the backward's first kernel). Device arrays only; the arguments as
+    :func:`cudnn_rnn_backprop`'s, which checks them the same way."""
+    net = _Net(dict(input=input, input_h=input_h, input_c=input_c, params=params,
+                    reserve_space=reserve_space),
+               _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                      time_major, sequence_lengths), device, training=True)
+    return _Backprop(net, input, input_h, input_c, params, reserve_space, host_reserved)
+
+
+@entry_point
+def _run_backprop(plan: _Backprop, output_backprop: Array | None,
+                 output_h_backprop: Array | None,
+                 output_c_backprop: Array | None) -> tuple[Array, Array, Array, Array]:
+    """The rest of :func:`cudnn_rnn_backprop` for ``plan`` (:func:`_prepare_backprop`): its
+    results for these upstream gradients (each may be ``None``: zero)."""
+    return plan.run(output_backprop, output_h_backprop, output_c_backprop)
+
+
+class _Backprop:
+    """One :func:`cudnn_rnn_backprop` in two parts. The constructor does what the upstream
+    gradients do not enter: the checks of ``reserve_space`` and ``host_reserved``, the memory
+    check, the results' arrays, the reserve's views, and each layer's weights, states and
+    gradient targets. :meth:`run` checks the upstream gradients and launches the backward
+    through time, layer by layer from the last; it runs once.
+
+    The constructor enqueues nothing where the device addresses the reserve's parts and the
+    inputs in place; ``params_backprop``, into which each layer's GEMMs add, is zeroed by
+    :meth:`run`."""
+
+    def __init__(self, net, input, input_h, input_c, params, reserve_space, host_reserved):
+        self.net, self.done = net, False
+        call, lay = net.call, net.lay
+        N, L, D, H, K = net.N, net.L, net.D, net.H, net.K
+        _check_host_reserved(net, host_reserved, reserve_space)
+        self.rec = None
+        if not net.empty_run:        # the memory checks before any input is copied
+            self.rec = net.recurrence()
+            self.rec.check_backward_memory()
+        # zeroed by run() (each layer's GEMMs add into it): a prepared backprop holds no
+        # device work in front of the forward's results
+        self.dparams = call.empty((lay.size,))
+        # every layer writes all of its initial-state gradients (no zero fill but for an
+        # empty run)
+        fresh = call.zeros if net.empty_run else call.empty
+        self.dh0_all = fresh((L * D, N, K))
+        self.dc0_all = fresh((L * D, N, H)) if net.lstm else call.empty((0,))
+        self.layers: list[dict] = []
+        if net.empty_run:
+            return
+        params_d = call.stored("params", params)    # 16-bit: read as stored
+        self.res, h0_all, c0_all, x0 = call.devs(
+            ("reserve_space", reserve_space), ("input_h", input_h),
+            ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)))
+        self.x0 = net.to_time_major(x0, net.I)
+        self.parts, self.views = net.reserve_views(self.res)   # in place where addressable
+        for l in range(L - 1, -1, -1):
+            R, wp = net.weights(params_d, l)
+            # the backward reads the hidden-side bias only to rebuild a reset-after GRU's hn
+            hb = net.hidden_bias(params_d, l) if self.rec.cell.needs_hn else None
+            h0 = net.layer_state(h0_all, l, K)
+            c0 = net.layer_state(c0_all, l, H) if net.lstm else None
+            dh0, dh0_in_place = net.out_state(self.dh0_all, l, K)
+            dc0, dc0_in_place = (net.out_state(self.dc0_all, l, H) if net.lstm
+                                 else (None, True))
+            self.layers.append(dict(
+                l=l, w=(engine.Target(params_d, lay.off_w(l, 0), lay.pseudo_size(l))
+                        if lay.has_w(l) else None),
+                layer=engine.LayerInputs(R, net.view(h0, K),
+                                         c0=net.view(c0, H) if c0 is not None else None, hb=hb,
+                                         lens=net.lens, w_proj=wp),
+                dh0=dh0, dh0_in_place=dh0_in_place, dc0=dc0, dc0_in_place=dc0_in_place))
+
+    def _saved(self, l, name):
+        """Reserve part ``name`` (a :class:`Reserve` field) of layer ``l``: in place, or a copy
+        (made when the layer runs: no more memory held at once than one layer's)."""
+        view = getattr(self.views[l], name)
         if view is not None:
             return view
-        off, size = parts[l][name]
-        out = call.empty(net.part_shape(size))
-        _copy(net.q, out, 0, res, off, size)
+        off, size = self.parts[l][name]
+        out = self.net.call.empty(self.net.part_shape(size))
+        _copy(self.net.q, out, 0, self.res, off, size)
         return out
 
-    for l in range(L - 1, -1, -1):
-        R, wp = net.weights(params_d, l)
-        # the backward reads the hidden-side bias only to rebuild a reset-after GRU's hn
-        hb = net.hidden_bias(params_d, l) if rec.cell.needs_hn else None
-        fwd = engine.Saved(**{name: saved(l, name) for name in SAVED_PARTS if name in parts[l]})
-        # the layer's input: the source, the layer below's output or, with dropout, that
-        # output after dropout as the forward stored it
-        x = x0 if l == 0 else saved(l, "xd") if net.drop else saved(l - 1, "y")
-        if l < L - 1 and net.drop:
-            net.apply_dropout(dy, l, dst=dy)       # the gradient through layer l's dropout
-        h0 = net.layer_state(h0_all, l, K)
-        c0 = net.layer_state(c0_all, l, H) if net.lstm else None
-        dh0, dh0_in_place = net.out_state(dh0_all, l, K)
-        dc0, dc0_in_place = net.out_state(dc0_all, l, H) if net.lstm else (None, True)
-        dhn = net.layer_state(dhn_all, l, K) if dhn_all is not None else None
-        dcn = net.layer_state(dcn_all, l, H) if dcn_all is not None else None
-        # every gradient straight into its place in dparams (pseudo-layers `stride` apart);
-        # without W (skip_input) dx is the sum of the gate gradients of every direction and gate
-        stride, n_in = lay.pseudo_size(l), lay.in_size(l)
-        dx = call.empty((T, N, n_in))
-        w = engine.Target(params_d, lay.off_w(l, 0), stride) if lay.has_w(l) else None
-        side = engine.InputSide(
-            n_in, x=x, w=w, dx=dx,
-            dw=engine.Target(dparams, lay.off_w(l, 0), stride) if lay.has_w(l) else None,
-            db=engine.Target(dparams, lay.off_bw(l, 0), stride),
-            dhb=engine.Target(dparams, lay.off_br(l, 0), stride))
-        layer = engine.LayerInputs(R, net.view(h0, K),
-                                   c0=net.view(c0, H) if c0 is not None else None, hb=hb,
-                                   lens=net.lens, w_proj=wp)
-        upstream = engine.Upstream(dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
-                                   dcn=net.view(dcn, H) if dcn is not None else None)
-        targets = engine.GradTargets(
-            net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None,
-            dR=engine.Target(dparams, lay.off_r(l, 0), stride),
-            dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None,
-            inputs=side)
-        rec.backward(fwd, layer, upstream, targets)
-        if not dh0_in_place:
-            net.put_state(dh0_all, l, dh0, K)
-        if not dc0_in_place:
-            net.put_state(dc0_all, l, dc0, H)
-        dy = dx
-    return tuple(call.outs(net.seq_out(dy, net.I), (dh0_all, None), (dc0_all, None),
-                           (dparams, None)))
+    def run(self, output_backprop, output_h_backprop, output_c_backprop):
+        if self.done:
+            raise RuntimeError("pyrnn_cl: a prepared backprop runs once (its params_backprop "
+                               "holds the sums of its run)")
+        net, rec = self.net, self.rec
+        call, lay = net.call, net.lay
+        T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
+        output_c_backprop = _check_upstream(net, output_backprop, output_h_backprop,
+                                            output_c_backprop)
+        self.done = True
+        dparams, dh0_all, dc0_all = fill(self.dparams, 0), self.dh0_all, self.dc0_all
+        dy, dhn_all, dcn_all = call.devs(
+            ("output_backprop", None if net.empty_run else output_backprop),
+            ("output_h_backprop", output_h_backprop),
+            ("output_c_backprop", output_c_backprop))
+        if net.empty_run:
+            dx = call.zeros((T, N, net.I))
+            if dhn_all is not None:
+                _copy(net.q, dh0_all, 0, dhn_all, 0, dh0_all.size)
+            if dcn_all is not None:
+                _copy(net.q, dc0_all, 0, dcn_all, 0, dc0_all.size)
+            return self._results(dx)
+        assert rec is not None      # built by __init__: the run is not empty
+        dy = net.to_time_major(dy, D * K)
+        for plan in self.layers:
+            l = plan["l"]
+            fwd = engine.Saved(**{name: self._saved(l, name) for name in SAVED_PARTS
+                                  if name in self.parts[l]})
+            # the layer's input: the source, the layer below's output or, with dropout, that
+            # output after dropout as the forward stored it
+            x = (self.x0 if l == 0 else self._saved(l, "xd") if net.drop
+                 else self._saved(l - 1, "y"))
+            if l < L - 1 and net.drop:
+                net.apply_dropout(dy, l, dst=dy)       # the gradient through layer l's dropout
+            dhn = net.layer_state(dhn_all, l, K) if dhn_all is not None else None
+            dcn = net.layer_state(dcn_all, l, H) if dcn_all is not None else None
+            # every gradient straight into its place in dparams (pseudo-layers `stride`
+            # apart); without W (skip_input) dx is the sum of the gate gradients of every
+            # direction and gate
+            stride, n_in = lay.pseudo_size(l), lay.in_size(l)
+            dx = call.empty((T, N, n_in))
+            side = engine.InputSide(
+                n_in, x=x, w=plan["w"], dx=dx,
+                dw=engine.Target(dparams, lay.off_w(l, 0), stride) if lay.has_w(l) else None,
+                db=engine.Target(dparams, lay.off_bw(l, 0), stride),
+                dhb=engine.Target(dparams, lay.off_br(l, 0), stride))
+            upstream = engine.Upstream(dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
+                                       dcn=net.view(dcn, H) if dcn is not None else None)
+            dh0, dc0 = plan["dh0"], plan["dc0"]
+            targets = engine.GradTargets(
+                net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None,
+                dR=engine.Target(dparams, lay.off_r(l, 0), stride),
+                dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None,
+                inputs=side)
+            rec.backward(fwd, plan["layer"], upstream, targets)
+            if not plan["dh0_in_place"]:
+                net.put_state(dh0_all, l, dh0, K)
+            if not plan["dc0_in_place"]:
+                net.put_state(dc0_all, l, dc0, H)
+            dy = dx
+        return self._results(dy)
+
+    def _results(self, dx):
+        net = self.net
+        return tuple(net.call.outs(net.seq_out(dx, net.I), (self.dh0_all, None),
+                                   (self.dc0_all, None), (self.dparams, None)))

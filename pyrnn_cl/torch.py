@@ -150,9 +150,9 @@ _LOCK = threading.Lock()
 
 # Counters of the device-side caches (read by the tests): parameter uploads, calls that read the
 # parameters in place, reserve spaces found in the side table by a backward, and forwards re-run
-# by a backward that found none.
+# by a backward that found none, and backwards that ran what their forward prepared.
 STATS = {"params_uploads": 0, "params_in_place": 0, "reserve_hits": 0,
-         "reserve_recomputes": 0}
+         "reserve_recomputes": 0, "backward_prepared": 0}
 
 
 # ---- the OpenCL device of an op call ---------------------------------------------------------
@@ -393,9 +393,14 @@ def _in_place_params(dev, slots, size, params):
     return _upload(dev, torch.empty(0, dtype=params[0].dtype).set_(storage, 0, (size,)))
 
 
-def _compares_first(dev) -> bool:
-    """Whether the parameters' values are compared before the forward is launched (a CPU
-    device, whose threads the comparison would slow) rather than while it runs."""
+def _host_shares_cores(dev) -> bool:
+    """Whether the device's threads run on the host's cores (a CPU device), so that host work
+    done while the device runs slows the kernels about as much as it takes. There the
+    parameters' values are compared before the forward is launched (a comparison meanwhile
+    slowed the forward by more than it took), and a training forward does not prepare its
+    backward (:func:`_forward`'s ``prepare``: on PoCL, 2 pinned workers on a Zen 4, it took
+    350 us off the idle stretch before an LSTM 128/64 N=8 T=100's backward and added as much to
+    its forward). Elsewhere both run while the device computes."""
     return dev.info.type == "cpu"
 
 
@@ -427,7 +432,7 @@ class _Reserve:
     space; ``ref`` (once kept) is a weak reference to the storage of the ``host_reserved``
     tensor the forward returned."""
 
-    __slots__ = ("ref", "x", "h0", "c0", "params", "reserve")
+    __slots__ = ("ref", "x", "h0", "c0", "params", "reserve", "plan")
 
 
 # id(storage of host_reserved) -> _Reserve
@@ -504,6 +509,7 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
     lay, slots = attrs.slots()
     lstm = attrs.mode == "lstm"
     st = _Reserve()
+    st.plan = None
     st.x = _upload(dev, x)
     if zero_state:
         st.h0, st.c0 = _zeros_on(dev, device, h0), (_zeros_on(dev, device, c0) if lstm else None)
@@ -522,7 +528,7 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
     # the device's threads share the host's cores (a comparison meanwhile slowed the forward
     # by more than it took), and while the device runs elsewhere; parameters changed behind
     # torch's version counter then make the forward run again, after an upload.
-    check_first = _compares_first(dev)
+    check_first = _host_shares_cores(dev)
     entry, uploaded = _device_params(dev, device, slots, lay.size, params, check_first)
     st.params = entry.array
     out, hn, cn, st.reserve, host = run()
@@ -533,19 +539,30 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
 
 
 def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_state=False,
-             wait=True):
+             wait=True, prepare=False):
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
     c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
-    :func:`_read`)."""
+    :func:`_read`). ``prepare`` (a training forward that a backward will follow): the
+    backward's host work up to the upstream gradients is done now, while the device runs the
+    forward (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on ``state``), not between the
+    forward's end and the backward's first kernel, where the device would wait for it. Its
+    arrays (``dparams`` zeroed, the initial states' gradients) are then held from the forward
+    on."""
     state, *results = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
                                    zero_state)
+    host_d = results[-1]
     # host_reserved's values are known on the host (no read: one device command fewer)
-    known = _cudnn._known_signature(results[-1])
+    known = _cudnn._known_signature(host_d)
     if known is not None:
         results.pop()
-    got = _read(_device(device), [(a, 0, a.shape) for a in results], wait)
+    dev = _device(device)
+    got = _read(dev, [(a, 0, a.shape) for a in results], wait)
     if known is not None:
         got.append(_tensor(np.frombuffer(known, np.int8).copy()))
+    if prepare and training and not _host_shares_cores(dev):
+        state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0, state.params,
+                                             _lengths(lengths), state.reserve, host_d,
+                                             **attrs.kwargs(seeds, dev))
     return (state, *got)
 
 
@@ -567,9 +584,14 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
     # tensor's own memory (_upload) must outlive the commands that read it
     uploads = (_upload(dev, d_output), _upload(dev, d_h_n),
                _upload(dev, d_c_n) if attrs.mode == "lstm" else None)
-    dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-        st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None, *uploads,
-        st.reserve, _numpy(host_reserved), **attrs.kwargs(seeds, dev))
+    plan, st.plan = st.plan, None           # (a prepared backprop runs once)
+    if plan is not None:
+        STATS["backward_prepared"] += 1
+        dx, dh0, dc0, dparams = _cudnn._run_backprop(plan, *uploads)
+    else:
+        dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
+            st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None, *uploads,
+            st.reserve, _numpy(host_reserved), **attrs.kwargs(seeds, dev))
     # each parameter's gradient is its run of dparams
     slots = attrs.slots()[1]
     if not params_grad:
@@ -720,7 +742,8 @@ class _EagerRNN(torch.autograd.Function):
         # results not waited for: the caller finishes the queue (_eager_rnn), after autograd's
         # bookkeeping, which then overlaps the device's work
         state, out, hn, cn, host = _forward(x, h0, c0, params, lengths, seeds, attrs, training,
-                                            device, zero_state, wait=False)
+                                            device, zero_state, wait=False,
+                                            prepare=any(ctx.needs_input_grad))
         ctx.attrs, ctx.device = attrs, device
         ctx.state, ctx.lengths, ctx.seeds, ctx.host = (state if training else None), lengths, \
             seeds, host

@@ -581,6 +581,45 @@ def test_device_arrays(device):
     np.testing.assert_array_equal(back.get(), params)
 
 
+@pytest.mark.parametrize("mode,L,D,P,tm,drop", [
+    ("lstm", 2, 2, 0, True, 0.4), ("lstm", 2, 1, 2, False, 0.0), ("gru", 3, 2, 0, False, 0.3),
+    ("rnn_relu", 1, 1, 0, True, 0.0)])
+def test_prepared_backprop_equals_backprop(device, monkeypatch, mode, L, D, P, tm, drop):
+    """``_prepare_backprop`` (what the torch bridge runs while its training forward computes)
+    then ``_run_backprop`` give ``cudnn_rnn_backprop``'s results bit for bit, with lengths,
+    dropout and every upstream gradient, and every new array of the ops poisoned with NaN; a
+    plan runs once, and its upstream gradients are checked as the one-call op checks them."""
+    real_empty = rc._arrays.Call.empty
+    monkeypatch.setattr(rc._arrays.Call, "empty",
+                        lambda self, shape: rc._arrays.fill(real_empty(self, shape), np.nan))
+    x, h0, c0, params, kw = problem(mode, L, D, P, time_major=tm, seed=23)
+    kw = dict(kw, dropout=drop, seed=5, seed2=7, time_major=tm)
+    q = device.queue
+    x, h0, c0, params = (None if a is None else cla.to_device(q, a.astype(np.float32))
+                         for a in (x, h0, c0, params))
+    lens = np.array([T_, 1, T_ - 2, 0, 3][:N_])
+    out = rc.cudnn_rnn(x, h0, c0, params, lens, **kw)
+    up = [cla.to_device(q, a.astype(np.float32)) for a in
+          upstream([out[0].shape, out[1].shape] + ([out[2].shape] if c0 is not None else []),
+                   ())]
+    up += [None] * (3 - len(up))
+    want = rc.cudnn_rnn_backprop(x, h0, c0, params, lens, *out[:3], *up, *out[3:], **kw)
+    plan = rc.cudnn._prepare_backprop(x, h0, c0, params, lens, out[3], out[4], **kw)
+    got = rc.cudnn._run_backprop(plan, *up)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.get(), b.get())
+    with pytest.raises(RuntimeError, match="runs once"):
+        rc.cudnn._run_backprop(plan, *up)
+    plan = rc.cudnn._prepare_backprop(x, h0, c0, params, lens, out[3], out[4], **kw)
+    with pytest.raises(TypeError, match="output_backprop: got dtype float64"):
+        rc.cudnn._run_backprop(plan, cla.to_device(q, up[0].get().astype(np.float64)), *up[1:])
+    wrong = cla.zeros(q, (L * D, N_ + 1, P or H_), np.float32)
+    with pytest.raises(ValueError, match="output_h_backprop: got shape"):
+        rc.cudnn._run_backprop(plan, up[0], wrong, up[2])
+    got = rc.cudnn._run_backprop(plan, *up)          # (a refused call leaves the plan usable)
+    np.testing.assert_array_equal(got[3].get(), want[3].get())
+
+
 def test_device_host_reserved_checked_without_a_read(device, monkeypatch):
     """The device ``host_reserved`` of a forward holds the NumPy forward's values and is made
     without a queue command. A backprop given it checks it from the values

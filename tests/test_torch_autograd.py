@@ -181,6 +181,43 @@ def test_gradcheck_every_option(cls, kw, packed, device, path):
                                     fast_mode=True)
 
 
+@pytest.mark.parametrize("cls,kw", GRADCHECK,
+                         ids=[f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items())
+                              for c, kw in GRADCHECK])
+def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
+    """Where the device has cores of its own (a GPU: ``_host_shares_cores`` False), a training
+    forward prepares its backward while the device runs (``pyrnn_cl.cudnn._prepare_backprop``).
+    The gradients equal those of the unprepared backward bit for bit, for every option, with
+    dropout, lengths and given initial states; a second backward of a retained graph, whose
+    plan is spent, computes its own (same values again)."""
+    m = getattr(rt, cls)(I, H, num_layers=2, dropout=0.3, dtype=F64, cl_device=device, **kw)
+    D, R = (2 if m.bidirectional else 1), (kw.get("proj_size") or H)
+    g = torch.Generator().manual_seed(4)
+    base = [torch.randn(*s, generator=g, dtype=F64)
+            for s in ((N, T, I) if m.batch_first else (T, N, I), (2 * D, N, R), (2 * D, N, H))]
+    lengths = torch.tensor([T, 2, 3][:N])
+    results = {}
+    for prepared in (False, True):
+        monkeypatch.setattr(rt, "_host_shares_cores", lambda dev, p=prepared: not p)
+        m.zero_grad(set_to_none=True)
+        x, h0, c0 = (t.clone().requires_grad_() for t in base)
+        torch.manual_seed(5)                               # the dropout masks' seeds
+        inp = pack_padded_sequence(x, lengths, batch_first=m.batch_first, enforce_sorted=False)
+        y, hn = m(inp, (h0, c0) if cls == "LSTM" else h0)
+        loss = (y.data.pow(2).sum()
+                + sum((k + 2) * t.sum() for k, t in enumerate(hn if cls == "LSTM" else [hn])))
+        count = rt.STATS["backward_prepared"]
+        loss.backward(retain_graph=True)
+        assert rt.STATS["backward_prepared"] == count + prepared
+        loss.backward()
+        assert rt.STATS["backward_prepared"] == count + prepared        # (spent: not again)
+        results[prepared] = [x.grad, h0.grad] + ([c0.grad] if cls == "LSTM" else []) + [
+            p.grad for p in m.parameters()]
+    for a, b in zip(results[True], results[False]):
+        assert torch.equal(a, b)
+    assert all(r.abs().sum() > 0 for r in results[True])
+
+
 def _train_step(m, x, opt=None):
     y, _ = m(x)
     y.pow(2).sum().backward()
@@ -193,7 +230,7 @@ def _train_step(m, x, opt=None):
 def test_params_uploaded_only_when_changed(device, path, compare_first, monkeypatch):
     """The cached upload (the parameters not read in place): also with the values compared
     while the forward runs (as on a GPU), where a changed value makes the forward run again."""
-    monkeypatch.setattr(rt, "_compares_first", lambda dev: compare_first)
+    monkeypatch.setattr(rt, "_host_shares_cores", lambda dev: compare_first)
     monkeypatch.setattr(rt, "_in_place_params", lambda *args: None)
     ours, ref = _pair("GRU", device, num_layers=2)
     x = torch.randn(T, N, I, dtype=F64)
