@@ -542,12 +542,12 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
              wait=True, prepare=False):
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
     c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
-    :func:`_read`). ``prepare`` (a training forward that a backward will follow): the
-    backward's host work up to the upstream gradients is done now, while the device runs the
-    forward (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on ``state``), not between the
-    forward's end and the backward's first kernel, where the device would wait for it. Its
-    arrays (``dparams`` zeroed, the initial states' gradients) are then held from the forward
-    on."""
+    :func:`_read`). ``prepare`` (a training forward that a backward will follow), on a device
+    with cores of its own (:func:`_host_shares_cores`): the backward's host work up to the
+    upstream gradients is done now, while the device runs the forward
+    (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on ``state``), not between the forward's
+    end and the backward's first kernel, where the device would wait for it. Its result arrays
+    are then held from the forward on."""
     state, *results = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
                                    zero_state)
     host_d = results[-1]
