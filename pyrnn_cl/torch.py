@@ -117,6 +117,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
 try:
@@ -132,7 +133,7 @@ from . import sources as _sources
 from ._arrays import read_host, shares_host_memory, temporary, wrap_host
 from ._types import DeviceArg
 from .devices import resolve_device
-from .errors import DTypeError, ShapeError, TensorDeviceError
+from .errors import DTypeError, ShapeError, TensorDeviceError, UnsupportedError
 from .layout import HOST_RESERVED_SIZE, make_layout
 
 __all__ = ["RNN", "LSTM", "GRU"]
@@ -395,13 +396,18 @@ def _in_place_params(dev, slots, size, params):
 
 def _host_shares_cores(dev) -> bool:
     """Whether the device's threads run on the host's cores (a CPU device), so that host work
-    done while the device runs slows the kernels about as much as it takes. There the
-    parameters' values are compared before the forward is launched (a comparison meanwhile
-    slowed the forward by more than it took), and a training forward does not prepare its
-    backward (:func:`_forward`'s ``prepare``: on PoCL, 2 pinned workers on a Zen 4, it took
-    350 us off the idle stretch before an LSTM 128/64 N=8 T=100's backward and added as much to
-    its forward). Elsewhere both run while the device computes."""
+    done while the device runs slows the kernels: there the parameters' values are compared
+    before the forward is launched (a comparison meanwhile slowed the forward by more than it
+    took), elsewhere while it runs."""
     return dev.info.type == "cpu"
+
+
+#: Whether a training forward that a backward will follow prepares that backward while the
+#: device runs (:func:`_forward`'s ``prepare``). On PoCL (2-core Zen 4, pinned workers), timed
+#: interleaved against not preparing (tools/bridge_prepare_ab.py, 3 runs): forward+backward
+#: of LSTM 128/64 N=8 T=100 0.2-0.35 ms faster (bridge ratio 0.80-0.83 -> 0.83-0.88), LSTM
+#: 512/16 0.4-0.6 ms faster, LSTM 256/256 N=32 T=50 within noise; forwards unchanged.
+_PREPARE_BACKWARD = True
 
 
 def _params_current(entry, slots, params) -> bool:
@@ -542,12 +548,11 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
              wait=True, prepare=False):
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
     c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
-    :func:`_read`). ``prepare`` (a training forward that a backward will follow), on a device
-    with cores of its own (:func:`_host_shares_cores`): the backward's host work up to the
-    upstream gradients is done now, while the device runs the forward
-    (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on ``state``), not between the forward's
-    end and the backward's first kernel, where the device would wait for it. Its result arrays
-    are then held from the forward on."""
+    :func:`_read`). ``prepare`` (a training forward that a backward will follow; see
+    :data:`_PREPARE_BACKWARD`): the backward's host work up to the upstream gradients is done
+    now, while the device runs the forward (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on
+    ``state``), not between the forward's end and the backward's first kernel, where the
+    device would wait for it. Its result arrays are then held from the forward on."""
     state, *results = _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
                                    zero_state)
     host_d = results[-1]
@@ -559,10 +564,15 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
     got = _read(dev, [(a, 0, a.shape) for a in results], wait)
     if known is not None:
         got.append(_tensor(np.frombuffer(known, np.int8).copy()))
-    if prepare and training and not _host_shares_cores(dev):
-        state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0, state.params,
-                                             _lengths(lengths), state.reserve, host_d,
-                                             **attrs.kwargs(seeds, dev))
+    if prepare and training and _PREPARE_BACKWARD:
+        try:
+            state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0, state.params,
+                                                 _lengths(lengths), state.reserve, host_d,
+                                                 **attrs.kwargs(seeds, dev))
+        except (UnsupportedError, cl.MemoryError):
+            # the backward's memory does not fit beside the forward's results now: the forward
+            # still succeeds, and the backward, if one comes, builds its plan (or says so) then
+            pass
     return (state, *got)
 
 

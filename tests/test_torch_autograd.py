@@ -185,11 +185,11 @@ def test_gradcheck_every_option(cls, kw, packed, device, path):
                          ids=[f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items())
                               for c, kw in GRADCHECK])
 def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
-    """Where the device has cores of its own (a GPU: ``_host_shares_cores`` False), a training
-    forward prepares its backward while the device runs (``pyrnn_cl.cudnn._prepare_backprop``).
-    The gradients equal those of the unprepared backward bit for bit, for every option, with
-    dropout, lengths and given initial states; a second backward of a retained graph, whose
-    plan is spent, computes its own (same values again)."""
+    """A training forward prepares its backward while the device runs
+    (``pyrnn_cl.cudnn._prepare_backprop``; ``_PREPARE_BACKWARD``). The gradients equal those
+    of the unprepared backward bit for bit, for every option, with dropout, lengths and given
+    initial states; a second backward of a retained graph, whose plan is spent, computes its
+    own (same values again)."""
     m = getattr(rt, cls)(I, H, num_layers=2, dropout=0.3, dtype=F64, cl_device=device, **kw)
     D, R = (2 if m.bidirectional else 1), (kw.get("proj_size") or H)
     g = torch.Generator().manual_seed(4)
@@ -198,7 +198,7 @@ def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
     lengths = torch.tensor([T, 2, 3][:N])
     results = {}
     for prepared in (False, True):
-        monkeypatch.setattr(rt, "_host_shares_cores", lambda dev, p=prepared: not p)
+        monkeypatch.setattr(rt, "_PREPARE_BACKWARD", prepared)
         m.zero_grad(set_to_none=True)
         x, h0, c0 = (t.clone().requires_grad_() for t in base)
         torch.manual_seed(5)                               # the dropout masks' seeds
@@ -216,6 +216,24 @@ def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
     for a, b in zip(results[True], results[False]):
         assert torch.equal(a, b)
     assert all(r.abs().sum() > 0 for r in results[True])
+
+
+def test_backward_not_prepared_when_it_does_not_fit(device, monkeypatch):
+    """A backward whose memory does not fit beside the forward's results when the forward runs
+    is not prepared: the forward still succeeds, and the backward then runs unprepared."""
+    ours, ref = _pair("GRU", device, num_layers=2)
+
+    def refuse(*args, **kwargs):
+        raise rt.UnsupportedError("the backward of a test layer does not fit")
+
+    monkeypatch.setattr(rt._cudnn, "_prepare_backprop", refuse)
+    x = torch.randn(T, N, I, dtype=F64)
+    count = rt.STATS["backward_prepared"]
+    for m in (ours, ref):
+        m(x)[0].pow(2).sum().backward()
+    assert rt.STATS["backward_prepared"] == count
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        assert _err(a.grad, b.grad) <= TOL
 
 
 def _train_step(m, x, opt=None):
