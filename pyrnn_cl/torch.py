@@ -402,12 +402,15 @@ def _host_shares_cores(dev) -> bool:
     return dev.info.type == "cpu"
 
 
-#: Whether a training forward that a backward will follow prepares that backward while the
-#: device runs (:func:`_forward`'s ``prepare``). On PoCL (2-core Zen 4, pinned workers), timed
-#: interleaved against not preparing (tools/bridge_prepare_ab.py, 3 runs): forward+backward
-#: of LSTM 128/64 N=8 T=100 0.2-0.35 ms faster (bridge ratio 0.80-0.83 -> 0.83-0.88), LSTM
-#: 512/16 0.4-0.6 ms faster, LSTM 256/256 N=32 T=50 within noise; forwards unchanged.
-_PREPARE_BACKWARD = True
+def _prepares_backward(dev) -> bool:
+    """Whether a training forward that a backward will follow prepares that backward while the
+    device runs (:func:`_forward`'s ``prepare``): where the device has cores of its own. On a
+    CPU device the work only moves: on PoCL (2-core Zen 4, pinned workers), timed call by call
+    against not preparing with the order alternating (tools/bridge_prepare_ab.py), LSTM
+    128/64 N=8 T=100 forward+backward 5.64 against 5.70 ms and LSTM 512/16 32.0 against
+    31.8 ms (the forward grew by what the gap before the backward lost), so it does not
+    prepare there and holds no backward arrays from its forward."""
+    return not _host_shares_cores(dev)
 
 
 def _params_current(entry, slots, params) -> bool:
@@ -549,7 +552,7 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
     c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
     :func:`_read`). ``prepare`` (a training forward that a backward will follow; see
-    :data:`_PREPARE_BACKWARD`): the backward's host work up to the upstream gradients is done
+    :func:`_prepares_backward`): the backward's host work up to the upstream gradients is done
     now, while the device runs the forward (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on
     ``state``), not between the forward's end and the backward's first kernel, where the
     device would wait for it. Its result arrays are then held from the forward on."""
@@ -564,7 +567,7 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
     got = _read(dev, [(a, 0, a.shape) for a in results], wait)
     if known is not None:
         got.append(_tensor(np.frombuffer(known, np.int8).copy()))
-    if prepare and training and _PREPARE_BACKWARD:
+    if prepare and training and _prepares_backward(dev):
         try:
             state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0, state.params,
                                                  _lengths(lengths), state.reserve, host_d,

@@ -185,11 +185,11 @@ def test_gradcheck_every_option(cls, kw, packed, device, path):
                          ids=[f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items())
                               for c, kw in GRADCHECK])
 def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
-    """A training forward prepares its backward while the device runs
-    (``pyrnn_cl.cudnn._prepare_backprop``; ``_PREPARE_BACKWARD``). The gradients equal those
-    of the unprepared backward bit for bit, for every option, with dropout, lengths and given
-    initial states; a second backward of a retained graph, whose plan is spent, computes its
-    own (same values again)."""
+    """Where the device has cores of its own (a GPU: ``_prepares_backward``), a training forward
+    prepares its backward while the device runs (``pyrnn_cl.cudnn._prepare_backprop``). Forced on
+    and off here, the gradients equal those of the unprepared backward bit for bit, for every
+    option, with dropout, lengths and given initial states; a second backward of a retained graph,
+    whose plan is spent, computes its own (same values again)."""
     m = getattr(rt, cls)(I, H, num_layers=2, dropout=0.3, dtype=F64, cl_device=device, **kw)
     D, R = (2 if m.bidirectional else 1), (kw.get("proj_size") or H)
     g = torch.Generator().manual_seed(4)
@@ -198,7 +198,7 @@ def test_prepared_backward_equals_unprepared(cls, kw, device, monkeypatch):
     lengths = torch.tensor([T, 2, 3][:N])
     results = {}
     for prepared in (False, True):
-        monkeypatch.setattr(rt, "_PREPARE_BACKWARD", prepared)
+        monkeypatch.setattr(rt, "_prepares_backward", lambda dev, p=prepared: p)
         m.zero_grad(set_to_none=True)
         x, h0, c0 = (t.clone().requires_grad_() for t in base)
         torch.manual_seed(5)                               # the dropout masks' seeds
@@ -222,6 +222,7 @@ def test_backward_not_prepared_when_it_does_not_fit(device, monkeypatch):
     """A backward whose memory does not fit beside the forward's results when the forward runs
     is not prepared: the forward still succeeds, and the backward then runs unprepared."""
     ours, ref = _pair("GRU", device, num_layers=2)
+    monkeypatch.setattr(rt, "_prepares_backward", lambda dev: True)
 
     def refuse(*args, **kwargs):
         raise rt.UnsupportedError("the backward of a test layer does not fit")

@@ -3,11 +3,11 @@
     python tools/bridge_prepare_ab.py [--device SPEC] [--rounds N] CELL:HxIxNxT ...
 
 A training forward through ``pyrnn_cl.torch`` prepares its backward while the device runs
-(``pyrnn_cl.cudnn._prepare_backprop``), unless ``pyrnn_cl.torch._PREPARE_BACKWARD`` is False.
-This times both ways on the chosen device, interleaved call by call, next to the same
-cuDNN-dialect calls on device arrays (the bench's bridge baseline), and prints medians: forward
-(module call, results on the host), forward+backward, and the bridge ratio (device-array time /
-bridge time) of each way.
+(``pyrnn_cl.cudnn._prepare_backprop``) where ``pyrnn_cl.torch._prepares_backward`` says so (devices
+with cores of their own). This times both ways on the chosen device, interleaved call by call, next
+to the same cuDNN-dialect calls on device arrays (the bench's bridge baseline), and prints medians:
+forward (module call, results on the host), forward+backward, and the bridge ratio (device-array
+time / bridge time) of each way.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _measure(shape: str, device, rounds: int) -> None:
         return 0.0, time.perf_counter() - t0
 
     def bridge(prepared):
-        default, rt._PREPARE_BACKWARD = rt._PREPARE_BACKWARD, prepared
+        default, rt._prepares_backward = rt._prepares_backward, lambda dev: prepared
         try:
             xx = x.detach().requires_grad_(True)
             t0 = time.perf_counter()
@@ -60,14 +60,15 @@ def _measure(shape: str, device, rounds: int) -> None:
             torch.autograd.grad(out, [xx, *params], dy)
             return t1 - t0, time.perf_counter() - t0
         finally:
-            rt._PREPARE_BACKWARD = default
+            rt._prepares_backward = default
 
     sides = {"arrays": arrays, False: lambda: bridge(False), True: lambda: bridge(True)}
     times: dict = {k: [] for k in sides}
-    for r in range(rounds + 3):
-        for k, run in sides.items():
-            got = run()
-            if r >= 3:                          # (warm-up rounds)
+    for r in range(rounds + 4):
+        # the two bridge ways swap places every round: neither always follows the other
+        for k in ("arrays", False, True) if r % 2 else ("arrays", True, False):
+            got = sides[k]()
+            if r >= 4:                          # (warm-up rounds)
                 times[k].append(got)
     base = np.median([t for _, t in times["arrays"]])
     print(f"{shape}: device arrays f+b {base * 1e3:.3f} ms")
