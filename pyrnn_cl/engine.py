@@ -322,6 +322,8 @@ class Recurrence:
         self.ks = plan.ks
         self.bwd_rows = plan.bwd_rows
         self._programs: dict[tuple, Program] = {}
+        # (backward, steps) -> what the memory check names and the buffer sizes it counts
+        self._memory: dict[tuple, tuple[str, list[int]]] = {}
         self._check_memory(backward=False)
         self._dummy = _dummy(device, dtype)
 
@@ -361,11 +363,17 @@ class Recurrence:
     def _check_memory(self, backward, steps=0):
         """A clear ``UnsupportedError`` naming the bytes needed (``_arrays.check_memory``) when
         the sequence buffers of a forward (or forward + backward with chunks of ``steps``)
-        cannot fit the device."""
-        T, N, H, D, P = self.T, self.N, self.H, self.D, self.P
-        check_memory(self.device, f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
-                     f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
-                     self.plan.checked_buffers(backward, steps))
+        cannot fit the device. The sizes are worked out once per layer (it runs on every call
+        of a reused layer), the device's limits read each time."""
+        key = (backward, steps)
+        memo = self._memory.get(key)
+        if memo is None:
+            T, N, H, D, P = self.T, self.N, self.H, self.D, self.P
+            memo = self._memory[key] = (
+                f"{self.cell.kind} layer with T={T}, N={N}, H={H}, D={D}"
+                f"{f', P={P}' if P else ''} ({'backward' if backward else 'forward'})",
+                self.plan.checked_buffers(backward, steps))
+        check_memory(self.device, *memo)
 
     def _new(self, name: str, shape, pooled: bool, zeros: bool = False) -> cla.Array:
         """Every buffer this layer allocates, by its :class:`LayerPlan` name: from the pool

@@ -462,6 +462,28 @@ def test_env_defaults_and_overrides(monkeypatch, tmp_path):
     assert _env.forced_profile() == "nvidia"
 
 
+def test_env_reads_follow_every_change(monkeypatch):
+    """The fast read of a variable (``_env._raw``, which looks into os.environ's own storage)
+    sees what ``os.environ.get`` sees: unset, set, changed, deleted, names outside ASCII, and
+    an ``os.environ`` replaced by another mapping."""
+    import os
+
+    from pyrnn_cl import _env
+
+    name = "PYRNN_CL_TEST_ONLY_VARIABLE"
+    monkeypatch.delenv(name, raising=False)
+    assert _env._raw(name) is None
+    for value in ("1", " spaced ", "", "\u00e9t\u00e9"):
+        monkeypatch.setenv(name, value)
+        assert _env._raw(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert _env._raw(name) is None
+    monkeypatch.setenv("PYRNN_CL_TUNING", "0")
+    assert not _env.use_tuned()
+    monkeypatch.setattr(os, "environ", {name: "replaced", "PYRNN_CL_TUNING": "1"})
+    assert _env._raw(name) == "replaced" and _env.use_tuned()
+
+
 def test_profile_word_in_a_spec_names_the_implementation_under_a_forced_profile(
         fake_platforms, monkeypatch):
     """PYRNN_CL_PROFILE forces the tuning profile, not what a device is: with it set to
