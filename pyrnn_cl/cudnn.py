@@ -34,6 +34,7 @@ every device, no state between calls, regenerated in backprop.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Sequence
@@ -88,8 +89,10 @@ __all__ = ["cudnn_rnn_params_size", "cudnn_rnn_canonical_to_params",
            "cudnn_rnn_reserve_space_size"]
 
 
+@functools.cache
 def _cell(mode) -> CellSpec:
-    """The engine cell of an ``rnn_mode`` (canonical slots -> PyTorch gate blocks)."""
+    """The engine cell of an ``rnn_mode`` (canonical slots -> PyTorch gate blocks); one per
+    mode (a new ``CellSpec`` per call costs its construction and first registry look-up)."""
     A = ACTIVATIONS
     if mode in ("rnn_relu", "rnn_tanh"):
         return CellSpec("rnn", (0,), (A["relu"] if mode == "rnn_relu" else A["tanh"],))
