@@ -272,9 +272,9 @@ def _read(dev, reads, wait=True) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
     shape)`` each (:func:`pyrnn_cl._arrays.read_host`: results mapped, not copied, where the
     device's memory is the host's). ``wait=False``: the tensors hold their values only once
-    ``dev.queue`` is finished, which the caller does before anything reads them; work done
-    meanwhile overlaps the device's, where after the wait it would run with the device idle
-    (and, on a CPU device, with caches the kernels have emptied)."""
+    ``dev.queue`` is finished, which the caller does before anything reads them; on a device
+    with cores of its own, work done meanwhile overlaps the device's instead of running with
+    it idle (on PoCL, whose workers share the host's cores, this measured neutral)."""
     return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev), wait)]
 
 
