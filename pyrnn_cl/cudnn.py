@@ -38,7 +38,7 @@ import functools
 import math
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -733,6 +733,20 @@ def _run_backprop(plan: _Backprop, output_backprop: Array | None,
     return plan.run(output_backprop, output_h_backprop, output_c_backprop)
 
 
+class _LayerBackprop(NamedTuple):
+    """What :class:`_Backprop` prepares for layer ``l``: its input weights (None without W),
+    its forward's inputs, and where its initial-state gradients go (in place in the result, or
+    a new array copied there after the layer)."""
+
+    l: int
+    w: engine.Target | None
+    layer: engine.LayerInputs
+    dh0: cla.Array
+    dh0_in_place: bool
+    dc0: cla.Array | None
+    dc0_in_place: bool
+
+
 class _Backprop:
     """One :func:`cudnn_rnn_backprop` in two parts. The constructor does what the upstream
     gradients do not enter: the checks of ``reserve_space`` and ``host_reserved``, the memory
@@ -761,7 +775,7 @@ class _Backprop:
         fresh = call.zeros if net.empty_run else call.empty
         self.dh0_all = fresh((L * D, N, K))
         self.dc0_all = fresh((L * D, N, H)) if net.lstm else call.empty((0,))
-        self.layers: list[dict] = []
+        self.layers: list[_LayerBackprop] = []     # from the last layer down
         if net.empty_run:
             return
         params_d = call.stored("params", params)    # 16-bit: read as stored
@@ -779,13 +793,13 @@ class _Backprop:
             dh0, dh0_in_place = net.out_state(self.dh0_all, l, K)
             dc0, dc0_in_place = (net.out_state(self.dc0_all, l, H) if net.lstm
                                  else (None, True))
-            self.layers.append(dict(
-                l=l, w=(engine.Target(params_d, lay.off_w(l, 0), lay.pseudo_size(l))
-                        if lay.has_w(l) else None),
-                layer=engine.LayerInputs(R, net.view(h0, K),
-                                         c0=net.view(c0, H) if c0 is not None else None, hb=hb,
-                                         lens=net.lens, w_proj=wp),
-                dh0=dh0, dh0_in_place=dh0_in_place, dc0=dc0, dc0_in_place=dc0_in_place))
+            self.layers.append(_LayerBackprop(
+                l, (engine.Target(params_d, lay.off_w(l, 0), lay.pseudo_size(l))
+                    if lay.has_w(l) else None),
+                engine.LayerInputs(R, net.view(h0, K),
+                                   c0=net.view(c0, H) if c0 is not None else None, hb=hb,
+                                   lens=net.lens, w_proj=wp),
+                dh0, dh0_in_place, dc0, dc0_in_place))
 
     def _saved(self, l, name):
         """Reserve part ``name`` (a :class:`Reserve` field) of layer ``l``: in place, or a copy
@@ -823,7 +837,7 @@ class _Backprop:
         assert rec is not None      # built by __init__: the run is not empty
         dy = net.to_time_major(dy, D * K)
         for plan in self.layers:
-            l = plan["l"]
+            l = plan.l
             fwd = engine.Saved(**{name: self._saved(l, name) for name in SAVED_PARTS
                                   if name in self.parts[l]})
             # the layer's input: the source, the layer below's output or, with dropout, that
@@ -840,22 +854,22 @@ class _Backprop:
             stride, n_in = lay.pseudo_size(l), lay.in_size(l)
             dx = call.empty((T, N, n_in))
             side = engine.InputSide(
-                n_in, x=x, w=plan["w"], dx=dx,
+                n_in, x=x, w=plan.w, dx=dx,
                 dw=engine.Target(dparams, lay.off_w(l, 0), stride) if lay.has_w(l) else None,
                 db=engine.Target(dparams, lay.off_bw(l, 0), stride),
                 dhb=engine.Target(dparams, lay.off_br(l, 0), stride))
             upstream = engine.Upstream(dy=dy, dhn=net.view(dhn, K) if dhn is not None else None,
                                        dcn=net.view(dcn, H) if dcn is not None else None)
-            dh0, dc0 = plan["dh0"], plan["dc0"]
+            dh0, dc0 = plan.dh0, plan.dc0
             targets = engine.GradTargets(
                 net.view(dh0, K), dc0=net.view(dc0, H) if dc0 is not None else None,
                 dR=engine.Target(dparams, lay.off_r(l, 0), stride),
                 dwp=engine.Target(dparams, lay.off_proj(l, 0), stride) if lay.P else None,
                 inputs=side)
-            rec.backward(fwd, plan["layer"], upstream, targets)
-            if not plan["dh0_in_place"]:
+            rec.backward(fwd, plan.layer, upstream, targets)
+            if not plan.dh0_in_place:
                 net.put_state(dh0_all, l, dh0, K)
-            if not plan["dc0_in_place"]:
+            if not plan.dc0_in_place:
                 net.put_state(dc0_all, l, dc0, H)
             dy = dx
         return self._results(dy)
