@@ -11,7 +11,9 @@
 # the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, JSON to $OUT), quick (three
 # GPU-tier configurations), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT),
 # benchtuned (the GPU tier again, tuned entry in use), times (device time per kernel,
-# tools/kernel_times.py), script (any Python file: SCRIPT="path args"). A tuning entry in
+# tools/kernel_times.py), script (any Python file: SCRIPT="path args", e.g.
+# SCRIPT="tools/bridge_prepare_ab.py lstm:256x256x32x50 lstm:128x64x8x100" for the torch
+# bridge with and without its prepared backward, not yet measured on a GPU). A tuning entry in
 # .gpu/tuning/ (carried) is installed first.
 # Environment: TEST_ARGS (pytest arguments, default the non-slow suite), TEST_WORKERS (8),
 # TEST_TIMEOUT (420 s); BENCH_CONFIGS (comma list, default the tier), BENCH_TIMEOUT (540 s);
