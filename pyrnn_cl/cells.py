@@ -47,7 +47,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 __all__ = ["ACTIVATIONS", "PEEP_NONE", "PEEP_MPS", "PEEP_TF", "CellKind", "CellSpec", "CELLS",
@@ -217,6 +217,17 @@ def register_cell(name: str, source_path: str | os.PathLike[str], *, gates: int,
     return kind
 
 
+@lru_cache(maxsize=256)
+def _resolved(spec: CellSpec) -> CellKind:
+    """A built-in cell's registry entry with its roles resolved for ``spec``, made once per
+    spec: the ops make a new ``CellSpec`` on every call, and resolving one (``replace`` of the
+    entry) took about 5 us of that call's host time. Only built-in kinds have a ``variant``,
+    and they cannot be registered again, so the spec alone is the key."""
+    kind = cell_kind(spec.kind)
+    assert kind.variant is not None and kind.name in _BUILTIN_NAMES, kind.name
+    return replace(kind, **kind.variant(spec)[1])
+
+
 @dataclass(frozen=True)
 class CellSpec:
     """Compile-time description of a cell (see the module docstring)."""
@@ -236,7 +247,7 @@ class CellSpec:
         kind = cell_kind(self.kind)
         if kind.variant is None:
             return kind
-        return replace(kind, **kind.variant(self)[1])
+        return _resolved(self)
 
     @property
     def G(self) -> int:

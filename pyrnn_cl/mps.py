@@ -32,9 +32,7 @@ to the matching ``*_gradients`` op unchanged.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 import pyopencl.array as cla
@@ -149,47 +147,22 @@ def _layer_cell(desc) -> CellSpec:
     return CellSpec(reg.name, tuple(range(reg.gates)), acts)
 
 
-#: The descriptor fields that make a built-in kind's cell (:func:`_cell`).
-_CELL_FIELDS = {
-    "rnn": ("activation",),
-    "lstm": ("input_gate_activation", "forget_gate_activation", "cell_gate_activation",
-             "output_gate_activation", "forget_gate_last", "activation"),
-    "gru": ("update_gate_activation", "reset_gate_activation", "output_gate_activation",
-            "reset_gate_first", "reset_after", "flip_z"),
-}
-
-
 def _cell(kind, desc) -> CellSpec:
-    """The engine's cell for a descriptor: canonical gate slots -> MPSGraph gate blocks. A
-    built-in kind's cell is made once per combination of its fields (:func:`_builtin_cell`):
-    a new ``CellSpec`` per call costs its construction and the first look-up of its registry
-    entry (about 7 us), twice per training step."""
+    """The engine's cell for a descriptor: canonical gate slots -> MPSGraph gate blocks."""
     if kind == "layer":
         return _layer_cell(desc)
-    values = tuple(getattr(desc, n) for n in _CELL_FIELDS[kind])
-    try:
-        return _builtin_cell(kind, values)
-    except TypeError:                   # an unhashable field: the checks below say what is wrong
-        return _make_cell(kind, desc)
-
-
-@functools.lru_cache(maxsize=64)
-def _builtin_cell(kind, values) -> CellSpec:
-    return _make_cell(kind, SimpleNamespace(**dict(zip(_CELL_FIELDS[kind], values))))
-
-
-def _make_cell(kind, desc) -> CellSpec:
     if kind == "rnn":
         return CellSpec("rnn", (0,), (activation_code(desc.activation, "descriptor.activation"),))
     if kind == "lstm":
-        names: tuple[str, ...] = _CELL_FIELDS["lstm"][:4]           # the gates' activations
+        names: tuple[str, ...] = ("input_gate_activation", "forget_gate_activation",
+                                  "cell_gate_activation", "output_gate_activation")
         acts = tuple(activation_code(getattr(desc, n), f"descriptor.{n}") for n in names)
         # slots i, f, g, o (a GRU below rebinds both tuples at length 3)
         blocks: tuple[int, ...] = (0, 2, 1, 3) if desc.forget_gate_last else (0, 1, 2, 3)
         return CellSpec("lstm", blocks, acts,
                         cell_act=activation_code(desc.activation, "descriptor.activation"),
                         peephole=PEEP_MPS)
-    names = _CELL_FIELDS["gru"][:3]                                  # the gates' activations
+    names = ("update_gate_activation", "reset_gate_activation", "output_gate_activation")
     acts = tuple(activation_code(getattr(desc, n), f"descriptor.{n}") for n in names)
     blocks = (1, 0, 2) if desc.reset_gate_first else (0, 1, 2)             # slots z, r, o
     return CellSpec("gru", blocks, acts, reset_after=bool(desc.reset_after),

@@ -1075,23 +1075,3 @@ def test_device_argument_forms(device):
     specs = [device.queue] + ([device.info.index] if device.info.platform_index >= 0 else [])
     for spec in specs:
         np.testing.assert_array_equal(forward("gru", inputs, desc, spec)[0], base)
-
-
-@pytest.mark.parametrize("kind,desc_cls", [("rnn", rc.SingleGateRNNDescriptor),
-                                           ("lstm", rc.LSTMDescriptor),
-                                           ("gru", rc.GRUDescriptor)])
-def test_cells_reused_per_descriptor_fields(kind, desc_cls):
-    """A built-in cell is made once per combination of the descriptor fields it depends on
-    (pyrnn_cl.mps._cell): changing any one field, alone or with others, gives the cell made
-    afresh from that descriptor, never one made for other values."""
-    from pyrnn_cl import mps
-
-    choices = {bool: (False, True), str: ("sigmoid", "tanh", "relu")}
-    base = desc_cls()
-    for name in (f.name for f in dataclasses.fields(desc_cls)):    # (every field, used or not)
-        for value in choices.get(type(getattr(base, name)), ()):
-            for other in (base, dataclasses.replace(base, reverse=True)):
-                desc = dataclasses.replace(other, **{name: value})
-                got = mps._cell(kind, desc)
-                assert got == mps._make_cell(kind, desc)
-                assert mps._cell(kind, desc) is got          # (made once)

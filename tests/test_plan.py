@@ -129,3 +129,26 @@ def test_plan_bytes_are_the_engine_allocations(device, monkeypatch, name):
     for k, sizes in seen.items():
         assert max(sizes) == want[k], k
         assert len(sizes) == (chunks if k in ("hin", "hr") else 1), k
+
+
+def test_cell_roles_resolved_once_per_spec():
+    """A built-in cell's registry entry, with its roles resolved for the spec's flags, is made
+    once per spec (``cells._resolved``) and shared by equal specs made later, as the ops make
+    them on every call; each equals the entry resolved afresh from its own flags."""
+    from dataclasses import replace
+
+    from pyrnn_cl import cells
+
+    sig, tanh = ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"]
+    specs = [CellSpec("gru", (1, 0, 2), (sig, sig, tanh), reset_after=ra, flip_z=fz)
+             for ra in (False, True) for fz in (False, True)]
+    specs += [CellSpec("lstm", (0, 1, 2, 3), (sig, sig, tanh, sig), peephole=p, clip=c)
+              for p in (cells.PEEP_NONE, PEEP_MPS, cells.PEEP_TF) for c in (False, True)]
+    for spec in specs:
+        kind = cells.cell_kind(spec.kind)
+        fresh = replace(kind, **kind.variant(spec)[1])
+        again = replace(spec)                        # an equal spec, another object
+        assert again is not spec
+        assert spec.registry == fresh
+        assert again.registry is spec.registry       # resolved once
+    assert CellSpec("rnn", (0,), (tanh,)).registry is cells.cell_kind("rnn")
