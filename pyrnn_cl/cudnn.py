@@ -682,9 +682,12 @@ def cudnn_rnn_backprop(input: Array, input_h: Array, input_c: Array | None, para
                             (net.L * net.D, net.N, net.H))):
         if a is not None:
             check_shape(name, a, shape)
-    _check_upstream(net, output_backprop, output_h_backprop, output_c_backprop)
+    # the upstream gradients are checked before anything else is done (run need not again)
+    output_c_backprop = _check_upstream(net, output_backprop, output_h_backprop,
+                                        output_c_backprop)
     return _Backprop(net, input, input_h, input_c, params, reserve_space,
-                     host_reserved).run(output_backprop, output_h_backprop, output_c_backprop)
+                     host_reserved).run(output_backprop, output_h_backprop, output_c_backprop,
+                                        checked=True)
 
 
 def _check_upstream(net, output_backprop, output_h_backprop, output_c_backprop):
@@ -714,9 +717,10 @@ def _prepare_backprop(input: Array, input_h: Array, input_c: Array | None, param
                      device: DeviceArg = None) -> _Backprop:
     """:func:`cudnn_rnn_backprop` up to where the upstream gradients enter, as a
     :class:`_Backprop` whose :func:`_run_backprop` does the rest, once (the torch bridge makes
-    it while its training forward still runs: that host work then overlaps the device's
-    instead of holding the backward's first kernel). Device arrays only; the arguments as
-    :func:`cudnn_rnn_backprop`'s, which checks them the same way."""
+    it while its training forward still runs, on a device with cores of its own: that host
+    work then overlaps the device's instead of holding the backward's first kernel). Device
+    arrays only; the arguments as :func:`cudnn_rnn_backprop`'s, which checks them the same
+    way."""
     net = _Net(dict(input=input, input_h=input_h, input_c=input_c, params=params,
                     reserve_space=reserve_space),
                _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
@@ -812,15 +816,18 @@ class _Backprop:
         _copy(self.net.q, out, 0, self.res, off, size)
         return out
 
-    def run(self, output_backprop, output_h_backprop, output_c_backprop):
+    def run(self, output_backprop, output_h_backprop, output_c_backprop, checked=False):
+        """The results for these upstream gradients (``checked``: :func:`_check_upstream`
+        has passed them already)."""
         if self.done:
             raise RuntimeError("pyrnn_cl: a prepared backprop runs once (its params_backprop "
                                "holds the sums of its run)")
         net, rec = self.net, self.rec
         call, lay = net.call, net.lay
         T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
-        output_c_backprop = _check_upstream(net, output_backprop, output_h_backprop,
-                                            output_c_backprop)
+        if not checked:
+            output_c_backprop = _check_upstream(net, output_backprop, output_h_backprop,
+                                                output_c_backprop)
         self.done = True
         dparams, dh0_all, dc0_all = fill(self.dparams, 0), self.dh0_all, self.dc0_all
         dy, dhn_all, dcn_all = call.devs(
