@@ -239,7 +239,7 @@ def workloads(device, family, configs):
 
 
 def _cpu_like(device) -> bool:
-    return device.info.type == "cpu" or bool(device.profile.prefers_explicit_vectors)
+    return tuning.cpu_like(device.info, device.profile)
 
 
 def choices(device, family: str, name: str, current: dict) -> list[int]:

@@ -51,7 +51,7 @@ __all__ = [
     "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
     "entry_key", "entry_path", "shipped_path", "load_entry", "save_entry", "make_entry",
     "trial", "is_tuned", "valid_values", "clamp_work_group", "CPU_REC_BWD_ROWS",
-    "GEMM_LOCAL_KEYS", "gemm_local_fits",
+    "GEMM_LOCAL_KEYS", "gemm_local_fits", "cpu_like",
 ]
 
 FORMAT = 1  # version of the entry file format
@@ -227,6 +227,12 @@ def _gemm_local(info, itemsize: int) -> dict[str, int]:
     return dict(_GEMM_CPU_TILE, GEMM_LOCAL=0)
 
 
+def cpu_like(info, profile) -> bool:
+    """Whether ``info`` is tuned as a CPU (a CPU device, or a profile that prefers explicit
+    vectors): wide vectors per work-item, no local-memory tiles, no split products."""
+    return info.type == "cpu" or bool(profile.prefers_explicit_vectors)
+
+
 def derive(info, profile) -> dict[str, dict[str, int]]:
     """Default tuning of every family for ``info`` (a :class:`DeviceInfo`) and its ``profile``.
 
@@ -252,8 +258,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     _sizes[0]``; only the tiled GEMM kernel (GPUs) and the split recurrence (``REC_KS`` > 1)
     use local memory.
     """
-    cpu_like = info.type == "cpu" or bool(profile.prefers_explicit_vectors)
-    if cpu_like:
+    if cpu_like(info, profile):
         vw = _float_width(info, profile, double=False)
         vwd = _float_width(info, profile, double=True)
         fixed = bool(profile.specialises_per_local_size)
