@@ -15,8 +15,10 @@ updating the previous one:
 3. **A tuned entry** (unless ``PYRNN_CL_TUNING=0``): the result of ``pyrnn-cl tune`` on this
    device, from the user's database (``<cache dir>/tuning/``), else the read-only database
    shipped in the package (``pyrnn_cl/tuning_db/``). Entries are JSON, one file per device,
-   keyed by platform, device, driver version and :func:`kernel_version` (a hash of the kernel
-   sources): after a driver or kernel change an entry no longer applies.
+   keyed by platform, device and driver version, and holding per family the
+   :func:`kernel_version` of the sources that family's parameters shape
+   (:data:`FAMILY_SOURCES`): after a driver change the entry no longer applies, after a kernel
+   change the families whose sources changed.
 
 :func:`source` names, per family, where the values came from (``pyrnn-cl bench`` records it).
 
@@ -49,6 +51,7 @@ from .errors import TuningWarning
 
 __all__ = [
     "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
+    "FAMILY_SOURCES", "family_files",
     "entry_key", "entry_path", "shipped_path", "load_entry", "save_entry", "make_entry",
     "trial", "is_tuned", "valid_values", "clamp_work_group", "CPU_REC_BWD_ROWS",
     "GEMM_LOCAL_KEYS", "gemm_local_fits", "cpu_like",
@@ -354,13 +357,54 @@ def valid_values(family: str, values: dict) -> dict[str, int]:
 # {{{ the database
 
 
-@functools.lru_cache(maxsize=1)
-def kernel_version() -> str:
-    """A hash of every kernel source file (``pyrnn_cl/cl``): tuned values apply to these
-    kernels only."""
-    root = Path(__file__).parent / "cl"
+#: the kernel sources that read each family's compiled parameters (their ``#include``s are
+#: followed; a directory stands for its files): a change to them makes that family's tuned
+#: values stale, and no other family's. ``tests/test_tuning.py`` checks that every source naming
+#: a family's parameter is covered.
+FAMILY_SOURCES: dict[str, tuple[str, ...]] = {
+    "gemm": ("gemm.cl",),
+    "gemm_f64": ("gemm.cl",),
+    "reduce": ("reduce.cl",),
+    "recurrence": ("recurrence.cl", "util.cl", "cells"),
+}
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _kernel_root() -> Path:
+    return Path(__file__).parent / "cl"
+
+
+def family_files(family: str) -> list[Path]:
+    """The source files of ``family`` (:data:`FAMILY_SOURCES`) and every file they include,
+    sorted."""
+    root = _kernel_root()
+    todo = []
+    for name in FAMILY_SOURCES[family]:
+        path = root / name
+        todo += sorted(path.glob("*.cl")) if path.is_dir() else [path]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop().resolve()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo += [path.parent / inc for inc in _INCLUDE.findall(path.read_text(encoding="utf-8"))]
+    return sorted(seen)
+
+
+@functools.cache
+def kernel_version(family: str | None = None) -> str:
+    """A hash of the kernel sources (``pyrnn_cl/cl``): of every file, or of ``family``'s
+    (:func:`family_files`). Tuned values apply to the sources they were tuned on: an entry
+    stores the version of each family it holds."""
+    root = _kernel_root().resolve()
+    if family is None:
+        files = sorted(p.resolve() for p in root.rglob("*") if p.suffix in (".cl", ".h"))
+    else:
+        files = family_files(family)
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".cl", ".h")):
+    for path in files:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -423,29 +467,50 @@ class _Stale(ValueError):
     """An entry tuned for other kernel sources."""
 
 
-def _check_entry(data, info, path) -> dict:
-    """The families of a parsed entry, or ``ValueError`` saying why it does not apply."""
+def _stale_families(data, families) -> list[str]:
+    """The families of an entry tuned for other kernel sources than these. An entry stores
+    each family's version (``kernel_versions``); one written before that, only the version of
+    all sources, which then decides for every family."""
+    versions = data.get("kernel_versions")
+    if versions is None:
+        return [] if data.get("kernel_version") == kernel_version() else list(families)
+    if not isinstance(versions, dict):
+        raise ValueError("'kernel_versions' is not an object")
+    return [f for f in families if versions.get(f) != kernel_version(f)]
+
+
+def _check_entry(data, info, path) -> tuple[dict, str]:
+    """``(families, stale)`` of a parsed entry: its checked families that apply to these
+    kernels, and why others do not (empty if all apply); ``ValueError`` saying why the entry
+    does not apply at all (``_Stale`` when every family was tuned for other kernels)."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if data.get("format") != FORMAT:
         raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
     if data.get("device") != entry_key(info):
         raise ValueError(f"it belongs to another device or driver ({data.get('device')!r})")
-    if data.get("kernel_version") != kernel_version():
-        raise _Stale(f"tuned for other kernels (version {data.get('kernel_version')!r}, "
-                     f"these are {kernel_version()!r})")
     families = data.get("families")
     if not isinstance(families, dict):
         raise ValueError("no 'families' object")
-    return {family: valid_values(family, values if isinstance(values, dict) else {"?": values})
-            for family, values in families.items()}
+    checked = {family: valid_values(family, values if isinstance(values, dict) else {"?": values})
+               for family, values in families.items()}
+    stale = _stale_families(data, checked)
+    why = ""
+    if stale:
+        stored = data.get("kernel_versions") or {f: data.get("kernel_version") for f in stale}
+        why = "; ".join(f"{f} tuned for other kernels (version {stored.get(f)!r}, these are "
+                        f"{kernel_version(f)!r})" for f in stale)
+        if len(stale) == len(checked):
+            raise _Stale(why)
+    return {f: v for f, v in checked.items() if f not in stale}, why
 
 
 def load_entry(path: Path, info, warn_stale: bool = True) -> dict | None:
-    """The checked families of the entry at ``path`` for ``info``; ``None`` when there is no
-    file, and (after one warning) when it is unreadable, corrupt, foreign or stale. With
-    ``warn_stale=False`` (the shipped database) a stale entry is skipped with a DEBUG log
-    line only: the user did nothing wrong and cannot fix it."""
+    """The checked families of the entry at ``path`` for ``info`` that apply to these kernels;
+    ``None`` when there is no file, and (after one warning) when it is unreadable, corrupt,
+    foreign or stale. Families tuned for other kernel sources are left out (one warning; the
+    others still apply). With ``warn_stale=False`` (the shipped database) staleness is logged
+    at DEBUG level only: the user did nothing wrong and cannot fix it."""
     try:
         stat = path.stat()
     except OSError:
@@ -454,18 +519,20 @@ def load_entry(path: Path, info, warn_stale: bool = True) -> dict | None:
     with _LOCK:
         if cache_key in _ENTRIES:
             return _ENTRIES[cache_key]
+    stale = ""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        families = _check_entry(data, info, path)
+        families, stale = _check_entry(data, info, path)
     except _Stale as exc:
-        if warn_stale:
-            _warn_once(path, str(exc))
-        else:
-            _log.debug("shipped tuning entry %s skipped: %s", path, exc)
-        families = None
+        families, stale = None, str(exc)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         _warn_once(path, str(exc) or type(exc).__name__)
         families = None
+    if stale:
+        if warn_stale:
+            _warn_once(path, stale)
+        else:
+            _log.debug("shipped tuning entry %s: skipped %s", path, stale)
     with _LOCK:
         _ENTRIES[cache_key] = families
     return families
@@ -485,6 +552,7 @@ def make_entry(info, families: dict, meta: dict | None = None) -> dict:
     from ._version import __version__
 
     return {"format": FORMAT, "kernel_version": kernel_version(), "pyrnn_cl": __version__,
+            "kernel_versions": {f: kernel_version(f) for f in families},
             "device": entry_key(info),
             "families": {f: valid_values(f, dict(v)) for f, v in families.items()},
             "meta": dict(meta or {})}
@@ -500,7 +568,7 @@ def save_entry(info, families: dict, meta: dict | None = None, path: Path | None
     old = read_raw(path)
     if old is not None:
         try:
-            merged_families = _check_entry(old, info, path)
+            merged_families = _check_entry(old, info, path)[0]
             merged_meta = dict(old.get("meta") or {})
         except ValueError:
             merged_families, merged_meta = {}, {}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,7 +274,7 @@ def test_bad_entries_warn_once_and_fall_back(db, what):
         entry["device"] = tuning.entry_key(AVX512_CPU)
         text = json.dumps(entry)
     elif what == "stale kernels":
-        entry["kernel_version"] = "0" * 16
+        entry["kernel_versions"]["gemm"] = "0" * 16
         text = json.dumps(entry)
     elif what == "bad value":
         entry["families"]["gemm"]["GEMM_VW"] = 3
@@ -331,10 +333,12 @@ def test_shipped_database_entries_are_valid():
         assert tuning.shipped_path(info) == path, "rename it to " + tuning.shipped_path(info).name
         for family, values in data["families"].items():
             tuning.valid_values(family, values)
-        assert data["kernel_version"] == tuning.kernel_version(), (
-            f"{path.name} was tuned for kernel version {data['kernel_version']}, the kernels "
-            f"are now {tuning.kernel_version()}: re-tune on that device (docs/tuning.md) or "
-            "delete the file")
+        assert set(data["kernel_versions"]) == set(data["families"]), path.name
+        for family, version in data["kernel_versions"].items():
+            assert version == tuning.kernel_version(family), (
+                f"{path.name}: {family} was tuned for kernel version {version}, its kernels "
+                f"are now {tuning.kernel_version(family)}: re-tune on that device "
+                f"(docs/tuning.md) or delete the family (the file, if it was the last)")
 
 
 def test_stale_shipped_entry_is_skipped_quietly_stale_user_entry_warns(db):
@@ -344,13 +348,63 @@ def test_stale_shipped_entry_is_skipped_quietly_stale_user_entry_warns(db):
     for path in (tuning.shipped_path(info), tuning.entry_path(info)):
         tuning.save_entry(info, {"gemm": {"GEMM_TM": 8}}, path=path)
         data = json.loads(path.read_text())
-        data["kernel_version"] = "0" * 16
+        data["kernel_versions"]["gemm"] = "0" * 16
         path.write_text(json.dumps(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert tuning.load_entry(tuning.shipped_path(info), info, warn_stale=False) is None
     with pytest.warns(TuningWarning, match="other kernels.*pyrnn-cl tune"):
         assert tuning.is_tuned(info) == ""
+
+
+def test_kernel_change_stales_only_its_families(db):
+    """Each family's values are kept with the version of its own sources: after a change to
+    one family's kernels only that family falls back to the derived defaults (one warning
+    naming it), the others still apply. An entry from before per-family versions is judged by
+    the version of all sources."""
+    info = dataclasses.replace(AVX2_CPU, driver_version="family-stale-test")
+    path = tuning.save_entry(info, {"gemm": {"GEMM_TM": 2}, "reduce": {"REDUCE_NV": 2}})
+    data = json.loads(path.read_text())
+    assert data["kernel_versions"] == {"gemm": tuning.kernel_version("gemm"),
+                                       "reduce": tuning.kernel_version("reduce")}
+    data["kernel_versions"]["gemm"] = "0" * 16
+    path.write_text(json.dumps(data))
+    with pytest.warns(TuningWarning, match="gemm tuned for other kernels") as caught:
+        assert _resolve(info, "gemm")[0]["GEMM_TM"] == tuning.derive(info, profile_for(info))[
+            "gemm"]["GEMM_TM"]
+    assert "reduce" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _resolve(info, "reduce")[0]["REDUCE_NV"] == 2
+        assert tuning.is_tuned(info) == "user"
+    # the older layout: one version of every source
+    del data["kernel_versions"]
+    for version, applies in ((tuning.kernel_version(), True), ("0" * 16, False)):
+        data["kernel_version"] = version
+        path.write_text(json.dumps(data) + " " * applies)     # (a new size: read again)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            families = tuning.load_entry(path, info)
+        assert (families == {"gemm": {"GEMM_TM": 2}, "reduce": {"REDUCE_NV": 2}}) == applies
+        assert (families is None) == (not applies)
+
+
+def test_family_sources_cover_every_kernel_reading_their_parameters():
+    """A kernel source naming a family's compiled parameter is among that family's files, so a
+    change to it makes the family's tuned values stale; and the whole-source version covers
+    every file."""
+    root = Path(tuning.__file__).parent / "cl"
+    sources = sorted(p for p in root.rglob("*") if p.suffix in (".cl", ".h"))
+    for family, params in tuning.SPACE.items():
+        files = set(tuning.family_files(family))
+        names = [p.name for p in params if p.compiled]
+        for path in sources:
+            text = path.read_text()
+            used = [n for n in names if re.search(rf"\b{n}\b", text)]
+            assert not used or path.resolve() in files, (family, path.name, used)
+    # each version changes with its own files only
+    assert len({tuning.kernel_version(f) for f in ("gemm", "reduce", "recurrence")}) == 3
+    assert tuning.kernel_version("gemm") == tuning.kernel_version("gemm_f64")
 
 # }}}
 
