@@ -465,7 +465,8 @@ class _Net:
         return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,
                                  H=self.H, D=self.D, P=self.lay.P,
                                  rev_mask=0b10 if self.D == 2 else 0,
-                                 has_len=self.lens is not None, has_hb=True)
+                                 has_len=self.lens is not None, has_hb=True,
+                                 weights=self.call.storage)   # (R and W_proj read in params)
 
     def apply_dropout(self, src, l, dst=None):
         """``dst = src ⊙ mask_l`` (kept values scaled by 1/(1-p)); ``l`` = the layer whose

@@ -49,7 +49,7 @@ from .cells import CellSpec, cell_kind
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
-from .plan import LayerPlan, _vector_width
+from .plan import PACKS, LayerPlan, _vector_width
 from .programs import Program, enqueue, get_program
 from .sources import compute_dtype, dtype_code
 
@@ -303,12 +303,16 @@ class Recurrence:
     """
 
     def __init__(self, device, dtype, cell: CellSpec, *, T, N, H, D=1, P=0, rev_mask=0,
-                 has_mask=False, has_len=False, has_hb=False, has_peep=False, clip=0.0):
+                 has_mask=False, has_len=False, has_hb=False, has_peep=False, clip=0.0,
+                 weights=None):
         self.device, self.dtype, self.cell = device, np.dtype(dtype), cell
+        #: the dtype every weight this layer packs is stored in (the compute dtype, or a
+        #: 16-bit storage dtype that the packs read as stored)
+        self.weights = np.dtype(weights if weights is not None else dtype)
         #: shapes, launch choices and buffer sizes, computed once (:class:`LayerPlan`)
         self.plan = plan = LayerPlan.for_device(cell, self.dtype, device.tuning("recurrence"),
                                                 device.info.compute_units, T=T, N=N, H=H, D=D,
-                                                P=P)
+                                                P=P, weights=self.weights)
         self.T, self.N, self.H, self.D, self.P = plan.T, plan.N, plan.H, plan.D, plan.P
         self.K, self.G = plan.K, plan.G
         self.rev_mask = int(rev_mask)
@@ -378,12 +382,20 @@ class Recurrence:
     def _new(self, name: str, shape, pooled: bool, zeros: bool = False) -> cla.Array:
         """Every buffer this layer allocates, by its :class:`LayerPlan` name: from the pool
         (``_arrays.temporary``: values that live inside the call), new (``empty``: handed to
-        the caller) or new and zeroed."""
+        the caller) or new and zeroed. Packs (:data:`~pyrnn_cl.plan.PACKS`) are of
+        :attr:`pack_dtype`, everything else of the compute dtype."""
+        dt = self.pack_dtype if name in PACKS else self.dtype
         if zeros:
-            return cla.zeros(self.device.queue, shape, self.dtype)
+            return cla.zeros(self.device.queue, shape, dt)
         if pooled:
-            return temporary(self.device, shape, self.dtype)
-        return empty(self.device.queue, shape, self.dtype)
+            return temporary(self.device, shape, dt)
+        return empty(self.device.queue, shape, dt)
+
+    @property
+    def pack_dtype(self) -> np.dtype:
+        """The dtype of the packed weights: the weights' own 16-bit dtype where the plan keeps
+        it (``LayerPlan.pack16``), else the compute dtype."""
+        return self.weights if self.plan.pack16 else self.dtype
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -395,6 +407,8 @@ class Recurrence:
         if prog is None:
             defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw,
                        "REC_NB": self.nb}
+            if self.plan.pack16:
+                defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
                 defines["REC_KS"] = self.ks
             defines.update(self.cell.defines())
@@ -487,6 +501,8 @@ class Recurrence:
         w = weight if isinstance(weight, Target) else Target(weight, 0, per_dir)
         storage = np.dtype(w.array.dtype)
         assert compute_dtype(storage) == self.dtype, (storage, self.dtype)
+        # (a layer with 16-bit packs is made for weights of that dtype: Recurrence(weights=))
+        assert not self.plan.pack16 or storage == self.weights, (storage, self.weights)
         if storage == self.dtype:
             prog = self._program()          # (recurrence.cl includes pack.cl)
         else:
@@ -494,7 +510,8 @@ class Recurrence:
             if prog is None:
                 prog = self._programs[("pack", storage)] = get_program(
                     self.device, "pack.cl",
-                    {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw})
+                    {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw,
+                     "PACK_DTYPE": dtype_code(self.pack_dtype)})
         offset = w.offset + w.array.offset // storage.itemsize
         return prog.kernel(name), (w.array.base_data, _I64(offset), _I64(w.stride))
 

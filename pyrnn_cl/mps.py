@@ -215,7 +215,8 @@ class _Layer:
         self.rec = Recurrence.cached(q.device, q.dtype, self.cell, T=T, N=N, H=H, D=D,
                                      rev_mask=self.rev_mask, has_mask=mask is not None,
                                      has_hb=self.cell.needs_hn and secondary_bias is not None,
-                                     has_peep=peephole is not None)
+                                     has_peep=peephole is not None,
+                                     weights=q.storage)     # (the weights are read as stored)
         if grads is not None:
             self.rec.check_backward_memory(full=input_weight is None)
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only

@@ -7,7 +7,8 @@ and the size of every buffer the engine allocates for it.
 counts from plans: one model of the buffers. Nothing here touches a device.
 
 Buffer names (elements of ``dtype``; ``K`` = ``P`` or ``H``, ``GH`` = ``G*H``, ``rows`` the
-steps of one backward chunk, at most ``T``):
+steps of one backward chunk, at most ``T``; the packs ``rpk``, ``wpk_x``, ``wpk_proj``, ``rt`` and
+``wt`` hold 16-bit elements instead where the plan says so, :attr:`LayerPlan.pack16`):
 
 forward
     ``sav`` ``[T][N][D*GH]`` (the saved gates; allocated when the forward projects ``x``
@@ -33,9 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cells import CellSpec
+from .sources import dtype_code
 from .tuning import CPU_REC_BWD_ROWS
 
-__all__ = ["LayerPlan", "backward_chunk_steps"]
+__all__ = ["LayerPlan", "backward_chunk_steps", "PACKS"]
+
+#: the buffers holding packed weights (``cl/pack.cl``): 16-bit where ``LayerPlan.pack16`` is set
+PACKS = frozenset({"rpk", "wpk_x", "wpk_proj", "rt", "wt"})
 
 
 def _vector_width(limit, *sizes):
@@ -93,12 +98,19 @@ class LayerPlan:
     wg: int = 0              # work-items per group along the batch groups (0: the driver's)
     ks: int = 1              # work-items sharing a tile's products (a work-group each when > 1)
     fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
+    #: the weights' 16-bit storage code (3 float16, 4 bfloat16) when the packs keep it
+    #: (``REC_PACK16``: the steps stream 16-bit weights and convert as they read), else 0
+    pack16: int = 0
 
     @classmethod
     def for_device(cls, cell: CellSpec, dtype, tuning: Mapping, compute_units: int, *, T: int,
-                   N: int, H: int, D: int = 1, P: int = 0) -> LayerPlan:
-        """The plan of a layer on a device with recurrence ``tuning`` and ``compute_units``."""
+                   N: int, H: int, D: int = 1, P: int = 0, weights=None) -> LayerPlan:
+        """The plan of a layer on a device with recurrence ``tuning`` and ``compute_units``,
+        computing in ``dtype``; ``weights``: the dtype its weights are stored in (default
+        ``dtype``): 16-bit weights are packed as they are where ``REC_PACK16`` is set."""
         dtype = np.dtype(dtype)
+        code = dtype_code(weights) if weights is not None else 0
+        pack16 = code if code in (3, 4) and int(tuning.get("REC_PACK16", 0)) else 0
         T, N, H, D, P = int(T), int(N), int(H), int(D), int(P)
         K = P or H
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
@@ -107,11 +119,12 @@ class LayerPlan:
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
         ks = max(1, int(tuning.get("REC_KS", 1)))
         fused = (ks == 1 and not P and not cell.two_phase
-                 and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * dtype.itemsize,
+                 and _whole_sequence_fits(tuning, compute_units,
+                                          cell.G * H * K * (2 if pack16 else dtype.itemsize),
                                           D * ((N + nb - 1) // nb)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
-                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused)
+                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16)
 
     # -- shapes -----------------------------------------------------------------------------
 
@@ -143,8 +156,13 @@ class LayerPlan:
 
     # -- buffers (bytes, by name) -----------------------------------------------------------
 
+    def pack_itemsize(self) -> int:
+        """Bytes per element of the packed weights (:data:`PACKS`)."""
+        return 2 if self.pack16 else self.itemsize
+
     def _bytes(self, elements: dict[str, int]) -> dict[str, int]:
-        return {name: n * self.itemsize for name, n in elements.items()}
+        return {name: n * (self.pack_itemsize() if name in PACKS else self.itemsize)
+                for name, n in elements.items()}
 
     def forward_buffers(self, *, x_width: int | None = None, in_kernel: bool = False,
                         given: frozenset[str] = frozenset()) -> dict[str, int]:

@@ -118,6 +118,7 @@ def compute_dtype(dtype) -> np.dtype:
 
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(?://.*|/\*.*\*/\s*)?$')
+_ANY_INCLUDE = re.compile(r"^\s*#\s*include\b")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -186,6 +187,12 @@ def expand_includes(name: str, source_dir=None,
         for number, line in enumerate(lines, start=1):
             match = _INCLUDE.match(line)
             if not match:
+                if _ANY_INCLUDE.match(line):
+                    # (left in, it would build where the compiler finds the file and fail
+                    # elsewhere: Oclgrind and drivers without the include path)
+                    raise ValueError(f"{display}:{number}: an #include this loader cannot "
+                                     f"inline: {line.strip()!r} (write #include \"file\" "
+                                     "with at most a one-line comment after it)")
                 out.append(line)
                 continue
             target = find_source(match.group(1), source_dir, relative_to=path)

@@ -141,6 +141,10 @@ SPACE: dict[str, tuple[Param, ...]] = {
               "... while groups x R stays below this many bytes", compiled=False),
         Param("REC_BWD_ROWS", (512, 1024, 2048, 4096, 8192), 1, 1 << 24,
               "rows (steps x N) of gate gradients per backward chunk", compiled=False),
+        Param("REC_PACK16", (0, 1), 0, 1,
+              "16-bit weights: 1 packs them as stored (the steps stream 16-bit weights and "
+              "convert as they read; the programs' PACK_DTYPE), 0 widens them in the pack",
+              compiled=False),
     ),
 }
 FAMILIES = tuple(SPACE)
@@ -286,6 +290,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
             "REC_BWD_ROWS": CPU_REC_BWD_ROWS,
+            "REC_PACK16": 0,
         }
         reduce = {"REDUCE_VW": vw, "REDUCE_NV": 4, "REDUCE_WG": clamp_work_group(info, 8)}
     else:
@@ -311,7 +316,10 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         recurrence = {"REC_VW": 1, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
-                      "REC_BWD_ROWS": 8192}
+                      "REC_BWD_ROWS": 8192,
+                      # 16-bit weights streamed as stored: the steps of small batches are bound
+                      # by reading R, and a GPU converts for free
+                      "REC_PACK16": 1}
         reduce = {"REDUCE_VW": 4, "REDUCE_NV": 1, "REDUCE_WG": clamp_work_group(info, 2 * simd)}
     return {"gemm": gemm, "gemm_f64": gemm64, "reduce": reduce, "recurrence": recurrence}
 

@@ -658,3 +658,67 @@ def test_empty_sizes(device, shape, device_arrays):
     d_init = got[grad_names("gru", inputs).index("init_state")]
     if shape.T == 0:
         assert np.array_equal(d_init, dhn)
+
+
+# =================================================================================================
+# 16-bit packs (REC_PACK16): the steps read the weights as stored
+
+#: recurrence tunings that reach every step kernel's weight reads: the whole-sequence kernels
+#: with the device's vector width, per-step kernels with 2-unit vectors, and per-step kernels
+#: whose products are split over 4 work-items of one unit each (the GPU layout, REC_KS)
+PACK16_TUNINGS = {
+    "seq": {},
+    "steps-vw2": {"REC_VW": 2, "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0},
+    "split-ks4": {"REC_VW": 1, "REC_KS": 4, "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0},
+}
+
+
+def _run_all_ops(device, dtype):
+    """Forward and gradients, as raw bits, of a cuDNN-dialect LSTM with a projection (2 layers),
+    a bidirectional GRU (two-phase cell, hn rebuilt in the backward) and a ReLU RNN, and of a
+    bidirectional MPSGraph LSTM (input product inside the whole-sequence kernel)."""
+    bits = []
+    for mode, L, D, P in (("lstm", 2, 1, 4), ("gru", 1, 2, 0), ("rnn_relu", 1, 1, 0)):
+        d, kw = _cudnn_problem(mode, L, D, P, dtype, H=8, I=6, seed=3)
+        c0 = d["c0"] if mode == "lstm" else None
+        out = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], **kw, device=device)
+        rng = np.random.default_rng(5)
+        up = [rng.standard_normal(np.shape(o)).astype(dtype) for o in out[:3]]
+        grads = rc.cudnn_rnn_backprop(d["x"], d["h0"], c0, d["params"], None, *out[:3],
+                                      *(up if c0 is not None else up[:2] + [None]), out[3],
+                                      out[4], **kw, device=device)
+        bits += [np.asarray(a).view(np.uint8) for a in list(out[:4]) + list(grads)]
+    inputs = mps_case("lstm", dtype, shape=S.Shape("pack16", T=5, N=3, I=8, H=8),
+                      bidirectional=True)
+    desc = desc_of("lstm", bidirectional=True, **default_flags("lstm"))
+    src, R = inputs["source"], inputs["recurrent_weight"]
+    rest = {k: v for k, v in inputs.items() if k not in ("source", "recurrent_weight")}
+    out = rc.lstm(src, R, **rest, descriptor=training_desc("lstm", desc), device=device)
+    rng = np.random.default_rng(6)
+    dy = rng.standard_normal(out[0].shape).astype(dtype)
+    got = lib_gradients("lstm", inputs, desc, device, dy, None, None, saved=out)
+    bits += [np.asarray(a).view(np.uint8) for a in list(out) + list(got) if a is not None]
+    return bits
+
+
+@pytest.mark.parametrize("tune", list(PACK16_TUNINGS))
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_16bit_packs_give_the_widened_packs_results(device, dtype, tune):
+    """``REC_PACK16`` = 1 (16-bit weights packed as stored, converted in the step kernels as
+    they read them; derived for GPUs) gives bit for bit the results of ``REC_PACK16`` = 0
+    (packed to float32), over every step kernel that reads a pack: the values and the order of
+    every product are the same. The oracle tests above check the results themselves."""
+    from pyrnn_cl import tuning
+
+    base = dict(device.tuning("recurrence"), **PACK16_TUNINGS[tune])
+    results = {}
+    for pack16 in (0, 1):
+        with tuning.trial(device, "recurrence", dict(base, REC_PACK16=pack16)):
+            getattr(device, "_pyrnn_layers", {}).clear()    # (only this run's layers below)
+            results[pack16] = _run_all_ops(device, dtype)
+            packs = {layer.plan.pack16 for layer in device._pyrnn_layers.values()
+                     if layer.weights == dtype}
+        assert (dtype_code(dtype) in packs) == bool(pack16), packs    # the path ran (or not)
+    assert len(results[0]) == len(results[1]) > 20
+    for k, (a, b) in enumerate(zip(results[0], results[1])):
+        assert np.array_equal(a, b), f"result {k} differs with 16-bit packs"

@@ -22,6 +22,8 @@ def tree(tmp_path):
         "b.h": 'B\n  #  include "sub/a.h"\n',
         "loop.cl": '#include "loop.cl"\nLOOP\n',
         "missing.cl": '#include "nowhere.h"\n',
+        "odd.cl": '#include "b.h"   /* a comment over\n * two lines */\n',
+        "angled.cl": "#include <b.h>\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -65,6 +67,15 @@ def test_self_include_and_missing_include(tree):
         sources.expand_includes("missing.cl", tree)
     with pytest.raises(FileNotFoundError, match="absent.cl"):
         sources.build_source("absent.cl", source_dir=tree)
+
+
+@pytest.mark.parametrize("name", ["odd.cl", "angled.cl"])
+def test_include_the_loader_cannot_inline_is_refused(tree, name):
+    """An #include line the loader does not inline would reach the compiler, which finds the
+    file on some implementations (PoCL) and not on others (Oclgrind): refused here, naming the
+    file and line."""
+    with pytest.raises(ValueError, match=rf"{name}:1: an #include this loader cannot inline"):
+        sources.expand_includes(name, tree)
 
 
 def test_define_block_is_sorted_and_typed():

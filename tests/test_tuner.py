@@ -179,6 +179,11 @@ def test_choices_respect_the_device(device):
     # combinations the tiled kernel cannot take are never tried
     assert not tuner._valid("gemm", dict(current, GEMM_LBM=64, GEMM_LTM=8, GEMM_LBN=48,
                                          GEMM_LTN=32))
+    # a value only 16-bit calls read is not searched with the float32 workloads
+    rec = device.tuning("recurrence")
+    for pack16 in (0, 1):
+        assert tuner.choices(device, "recurrence", "REC_PACK16",
+                             dict(rec, REC_PACK16=pack16)) == [pack16]
 
 
 def test_autotune_runs_once_on_first_use(device, db, monkeypatch):

@@ -1,11 +1,13 @@
 /* pack.cl -- the recurrence's weight packs: R (and W for the input product inside the sequence
  * kernel, and W_proj) from the user's layout into the layouts the step kernels stream.
  *
- * Compiled with PYRNN_DTYPE = the dtype the weight is *stored* in and REC_VW of the layer. For
- * 16-bit storage (3 float16, 4 bfloat16) the kernels read the 16-bit values and write float32
- * packs (exact), so a 16-bit call never widens its weights in a separate pass: the pack is the
- * one pass over them that every call makes anyway. For float32/float64 source and pack share
- * the dtype.
+ * Compiled with PYRNN_DTYPE = the dtype the weight is *stored* in and REC_VW of the layer, and
+ * PACK_DTYPE = the dtype of the packs (the codes of PYRNN_DTYPE). For float32/float64 source
+ * and pack share the dtype. A 16-bit weight (3 float16, 4 bfloat16) is read as stored and
+ * packed either to float32 (PACK_DTYPE 1, exact: the pack is the one pass over the weights
+ * that every call makes anyway, so a 16-bit call never widens them in a separate pass) or as
+ * it is (PACK_DTYPE = PYRNN_DTYPE: the steps then stream half the bytes and convert as they
+ * read, LOAD_PACKV; the tuning value REC_PACK16 chooses).
  *
  * Direction d's weight starts at element src_off + d * src_dstride of the source buffer, so a
  * pack reads a weight where it lies, e.g. inside a cuDNN params buffer (the directions'
@@ -18,7 +20,17 @@
 #define PYRNN_PACK_CL
 #include "common.h"
 
-#if PYRNN_DTYPE == 3 || PYRNN_DTYPE == 4
+#ifndef PACK_DTYPE
+#define PACK_DTYPE (PYRNN_DTYPE == 2 ? 2 : 1)
+#endif
+#define PACK_S16 (PACK_DTYPE == 3 || PACK_DTYPE == 4)
+#define SRC_S16 (PYRNN_DTYPE == 3 || PYRNN_DTYPE == 4)
+#if PACK_S16 && SRC_S16 && PACK_DTYPE != PYRNN_DTYPE
+#error "pack.cl: a 16-bit pack holds the weight's own 16-bit dtype (PACK_DTYPE = PYRNN_DTYPE)"
+#endif
+
+/* the source weight's element and REC_VW consecutive ones as a realV */
+#if SRC_S16
 typedef storage src_t;
 #if REC_VW == 1
 #define LOAD_SRCV(p) PYRNN_S16_LOAD(PYRNN_DTYPE, 0, p)
@@ -30,9 +42,39 @@ typedef real src_t;
 #define LOAD_SRCV(p) LOADV(p)
 #endif
 
+/* a pack's element; LOAD_PACKV reads REC_VW consecutive ones as a realV (the step kernels'
+ * weight reads), STORE_PACKV writes them (exact: a 16-bit pack stores values read from 16 bits) */
+#if PACK_S16
+typedef PYRNN_S16_T(PACK_DTYPE) pack_t;
+#if REC_VW == 1
+#define LOAD_PACKV(p) PYRNN_S16_LOAD(PACK_DTYPE, 0, p)
+#else
+#define LOAD_PACKV(p) PYRNN_S16_LOADN(PACK_DTYPE, REC_VW, p)
+#endif
+#if PACK_DTYPE == 3 && REC_VW == 1
+#define STORE_PACKV(v, p) vstore_half_rte((v), 0, (p))
+#elif PACK_DTYPE == 3
+#define STORE_PACKV(v, p) PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)((v), 0, (p))
+#elif REC_VW == 1
+#define STORE_PACKV(v, p) (*(p) = (ushort)(as_uint(v) >> 16))
+#else
+#define STORE_PACKV(v, p) PYRNN_CAT(vstore, REC_VW)( \
+    PYRNN_CAT(convert_ushort, REC_VW)(PYRNN_CAT(as_uint, REC_VW)(v) >> 16), 0, (p))
+#endif
+#else
+typedef real pack_t;
+#define LOAD_PACKV(p) LOADV(p)
+#define STORE_PACKV(v, p) STOREV(v, p)
+#endif
+
 #ifndef PYRNN_UNROLL
 #define PYRNN_UNROLL _Pragma("unroll")
 #endif
+
+/* The pack kernels of a program whose packs hold 16 bits and whose weights do not (the
+ * recurrence program of a layer with 16-bit packs, whose weights take this file built for
+ * their storage) would narrow float weights: they are left out. */
+#if !PACK_S16 || SRC_S16
 
 /* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
  * block blk_k). Also packs W_proj with G = 1. Global size (K/VW, G*H/VW, D): one work-item
@@ -40,13 +82,13 @@ typedef real src_t;
  * registers, VW contiguous vector stores (K is a multiple of VW: the engine picks VW so). */
 __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
                          const int blk2, const int blk3, __global const src_t *R,
-                         const long r_off, const long r_dstride, __global real *rpk)
+                         const long r_off, const long r_dstride, __global pack_t *rpk)
 {
     const int mv = get_global_id(0), kv = get_global_id(1), d = get_global_id(2);
     const int HV = H / REC_VW, k = kv / HV, jv = kv % HV, m0 = mv * REC_VW;
     const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
     __global const src_t *src = R + r_off + d * r_dstride + ((long)blk * H + jv * REC_VW) * K + m0;
-    __global real *dst = rpk + (((long)d * HV + jv) * K + m0) * G * REC_VW + k * REC_VW;
+    __global pack_t *dst = rpk + (((long)d * HV + jv) * K + m0) * G * REC_VW + k * REC_VW;
     real t[REC_VW][REC_VW];            /* t[unit][column] */
     PYRNN_UNROLL
     for (int i = 0; i < REC_VW; ++i) STOREV(LOAD_SRCV(src + (long)i * K), t[i]);
@@ -55,7 +97,7 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
         real col[REC_VW];
         PYRNN_UNROLL
         for (int i = 0; i < REC_VW; ++i) col[i] = t[i][c];
-        STOREV(LOADV(col), dst + (long)c * G * REC_VW);
+        STORE_PACKV(LOADV(col), dst + (long)c * G * REC_VW);
     }
 }
 
@@ -63,12 +105,14 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
  * wt[d][c][r][v] = W[d][r][c*VW + v] (R with rows = G*H in the user's block order; W_proj with
  * rows = P). Global size (cols/VW, rows, D); one vector copied per work-item. */
 __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t *W,
-                           const long w_off, const long w_dstride, __global real *wt)
+                           const long w_off, const long w_dstride, __global pack_t *wt)
 {
     const int c = get_global_id(0), r = get_global_id(1), d = get_global_id(2);
     const long src = w_off + d * w_dstride + (long)r * cols + (long)c * REC_VW;
     const long dst = (((long)d * (cols / REC_VW) + c) * rows + r) * REC_VW;
-    STOREV(LOAD_SRCV(W + src), wt + dst);
+    STORE_PACKV(LOAD_SRCV(W + src), wt + dst);
 }
+
+#endif /* !PACK_S16 || SRC_S16 */
 
 #endif /* PYRNN_PACK_CL */

@@ -11,6 +11,8 @@
  *   rpk  [D][H/VW][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots (forward)
  *   rt   [D][K/VW][G*H][VW]   R transposed per vector of VW columns, user rows (backward dh = dgh R);
  *                          wt is W_proj [D][P][H] packed the same way ([D][H/VW][P][VW])
+ *   Packs (rpk, rt, wt and the W packs) hold pack_t: the compute dtype, or with PACK_DTYPE 3/4
+ *   the 16-bit weights as stored, widened as the products read them (LOAD_PACKV, pack.cl)
  *   h0, c0, dh0, dc0, final states: [D][N][K] addressed with explicit (direction, batch) strides
  * Canonical gate slot k lives in user block GATE_BLK_k. Direction d runs reversed when bit d of
  * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
@@ -67,7 +69,7 @@
  * disagree do not build.
  */
 #include "common.h"
-#include "pack.cl"           /* pyrnn_pack, pyrnn_pack_t (weights in the compute dtype) */
+#include "pack.cl"           /* pack_t, LOAD_PACKV, pyrnn_pack, pyrnn_pack_t */
 
 #ifndef CELL_G
 #error "include a cells/<cell>.cl file before recurrence.cl"
@@ -337,7 +339,7 @@ PYRNN_FUNC int prev_time(int t, int rev, int len, int T)
  * `acc` may then be indexed freely. */
 PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *const rows[REC_NB],
                                __global const real *const mrows[REC_NB],
-                               __global const real *slab, int K, int k0, int ng, int masked)
+                               __global const pack_t *slab, int K, int k0, int ng, int masked)
 {
     realV a[REC_NB][CELL_G];
     __global const real *r[REC_NB];
@@ -354,7 +356,7 @@ PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *c
         realV w[CELL_G];
         PYRNN_UNROLL
         for (int k = 0; k < CELL_G; ++k)
-            if (k < ng) w[k] = LOADV(slab + ((long)m * CELL_G + k0 + k) * REC_VW);
+            if (k < ng) w[k] = LOAD_PACKV(slab + ((long)m * CELL_G + k0 + k) * REC_VW);
         PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) {
 #if HAS_MASK
@@ -380,7 +382,7 @@ PYRNN_FUNC void packed_product(realV acc[REC_NB][CELL_G], __global const real *c
  * Rows that must not contribute point `src` at a zero row (kernel argument `zrow`), so the loop has
  * no branches. Two interleaved accumulator sets give every vector FMA pipe independent chains. */
 PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src[REC_NB], int soff,
-                               __global const real *slab, int nrows)
+                               __global const pack_t *slab, int nrows)
 {
     realV a0[REC_NB], a1[REC_NB];
     __global const real *x[REC_NB];
@@ -392,8 +394,8 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
     }
     const int pairs = wi_bound(nrows / 2);
     for (int i = k_lane(); i < pairs; i += REC_KS) {
-        const realV w0 = LOADV(slab + (long)(2 * i) * REC_VW);
-        const realV w1 = LOADV(slab + (long)(2 * i + 1) * REC_VW);
+        const realV w0 = LOAD_PACKV(slab + (long)(2 * i) * REC_VW);
+        const realV w1 = LOAD_PACKV(slab + (long)(2 * i + 1) * REC_VW);
         PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) {
             a0[b] = fma((realV)(x[b][2 * i]), w0, a0[b]);
@@ -401,7 +403,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
         }
     }
     if ((nrows & 1) && k_lane() == 0) {
-        const realV w0 = LOADV(slab + (long)(nrows - 1) * REC_VW);
+        const realV w0 = LOAD_PACKV(slab + (long)(nrows - 1) * REC_VW);
         PYRNN_UNROLL
         for (int b = 0; b < REC_NB; ++b) a0[b] = fma((realV)(x[b][nrows - 1]), w0, a0[b]);
     }
@@ -412,13 +414,13 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* Arguments of the forward step kernels after (T, N, H, K, rev_mask, s). */
-#define FWD_PARAMS __global real *gx, __global const real *rpk, \
+#define FWD_PARAMS __global real *gx, __global const pack_t *rpk, \
     __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
     __global real *y, __global real *cs, __global real *hs, \
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
     __global const real *mask, __global const int *lens, const real clip, \
-    __global const real *xs, __global const real *wpk, __global const real *xb, const int I
+    __global const real *xs, __global const pack_t *wpk, __global const real *xb, const int I
 #define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
     mask, lens, clip, xs, wpk, xb, I
 
@@ -449,7 +451,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     realV acc[REC_NB][CELL_G];
     for (int b = 0; b < REC_NB; ++b)
         for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
-    __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
+    __global const pack_t *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
     packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
     LANE_SUM(&acc[0][0], REC_NB * CELL_G);
 #if HAS_XW
@@ -545,7 +547,7 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
 /* Second kernel of a two-phase step (e.g. GRU reset-before): the late slot L (o) from
  * (h[t-1] . m . g) R_L^T, g the late gate (r). */
 __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
-                          __global real *gx, __global const real *rpk,
+                          __global real *gx, __global const pack_t *rpk,
                           __global const real *hb, const long hb_off, const long hb_sd,
                           __global real *y, __global const real *hs,
                           __global const real *h0, const long h0_sd, const long h0_sn,
@@ -571,10 +573,10 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
     LANE_BUF;
     realV acc[REC_NB];
     for (int b = 0; b < REC_NB; ++b) acc[b] = VZERO;
-    __global const real *slab = rpk + (long)(d * HV + j / REC_VW) * H * CELL_G * REC_VW;
+    __global const pack_t *slab = rpk + (long)(d * HV + j / REC_VW) * H * CELL_G * REC_VW;
     /* hs already holds h[t-1] . r . m */
     for (int m = k_lane(); m < H; m += REC_KS) {
-        const realV w = LOADV(slab + ((long)m * CELL_G + CELL_GA) * REC_VW);
+        const realV w = LOAD_PACKV(slab + ((long)m * CELL_G + CELL_GA) * REC_VW);
         for (int b = 0; b < REC_NB; ++b) acc[b] = fma((realV)(rrow[b][m]), w, acc[b]);
     }
     LANE_SUM(acc, REC_NB);
@@ -601,7 +603,7 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
 #if HAS_PROJ
 /* LSTM projection of step t: y[t] = hs[t] W_proj^T, packed W_proj [D][P/VW][H][1][VW]. */
 __kernel void pyrnn_proj(const int T, const int N, const int H, const int P, const int rev_mask,
-                         const int s, __global const real *hs, __global const real *wpk,
+                         const int s, __global const real *hs, __global const pack_t *wpk,
                          __global real *y, __global const int *lens)
 {
     const int PV = P / REC_VW;
@@ -616,9 +618,9 @@ __kernel void pyrnn_proj(const int T, const int N, const int H, const int P, con
         acc[b] = VZERO;
         hrow[b] = hs + seq_off(t, min((int)(row_group() * REC_NB + b), N - 1), d, N, D, H);
     }
-    __global const real *slab = wpk + (long)(d * PV + p / REC_VW) * H * REC_VW;
+    __global const pack_t *slab = wpk + (long)(d * PV + p / REC_VW) * H * REC_VW;
     for (int m = k_lane(); m < H; m += REC_KS) {
-        const realV w = LOADV(slab + (long)m * REC_VW);
+        const realV w = LOAD_PACKV(slab + (long)m * REC_VW);
         for (int b = 0; b < REC_NB; ++b) acc[b] = fma((realV)(hrow[b][m]), w, acc[b]);
     }
     LANE_SUM(acc, REC_NB);
@@ -668,7 +670,7 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
  * state gradient); for s = -1 it writes dh0 (h0 is P wide). Runs before pyrnn_bwd of the same s. */
 __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
                              const int rev_mask, const int s, __global const real *dgh,
-                             __global const real *rt, __global const real *zrow,
+                             __global const pack_t *rt, __global const real *zrow,
                              __global const real *dy, __global real *dr,
                              __global const real *dhn, const long dhn_sd, const long dhn_sn,
                              __global real *dh0, const long dh0_sd, const long dh0_sn,
@@ -715,7 +717,7 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 
 /* Arguments of the backward step kernels after (T, N, H, K, rev_mask, s). */
 #define BWD_PARAMS __global const real *sav, __global real *dgx, __global real *dgh, \
-    __global const real *wt, __global const real *zrow, __global const real *rpk, \
+    __global const pack_t *wt, __global const real *zrow, __global const pack_t *rpk, \
     __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
     __global const real *y, __global const real *cs, __global const real *dy, \
     __global const real *dhn, const long dhn_sd, const long dhn_sn, \
@@ -759,7 +761,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #endif
     }
     /* this direction's slab of the transposed pack: [rows][VW] for units j .. j+VW */
-    __global const real *slab = wt + (long)(d * HV + j / REC_VW) * (HAS_PROJ ? K : GH) * REC_VW;
+    __global const pack_t *slab = wt + (long)(d * HV + j / REC_VW) * (HAS_PROJ ? K : GH) * REC_VW;
 #if HAS_PROJ
     column_product(acc, src, 0, slab, K);
 #elif CELL_GA == CELL_G
@@ -916,7 +918,7 @@ __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, 
  * gradient (added to what pyrnn_bwd wrote) and the h[t-1] . m . g path of carry_h. */
 __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
                           __global const real *sav, __global real *dgx, __global real *dgh,
-                          __global const real *rt, __global const real *zrow,
+                          __global const pack_t *rt, __global const real *zrow,
                           __global const real *y,
                           __global real *carry_h,
                           __global const real *h0, const long h0_sd, const long h0_sn,
