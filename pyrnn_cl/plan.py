@@ -35,7 +35,7 @@ import numpy as np
 
 from .cells import CellSpec
 from .sources import dtype_code
-from .tuning import CPU_REC_BWD_ROWS
+from .tuning import CPU_REC_BWD_ROWS, NEVER
 
 __all__ = ["LayerPlan", "backward_chunk_steps", "PACKS"]
 
@@ -99,7 +99,7 @@ class LayerPlan:
     ks: int = 1              # work-items sharing a tile's products (a work-group each when > 1)
     fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
     #: the weights' 16-bit storage code (3 float16, 4 bfloat16) when the packs keep it
-    #: (``REC_PACK16``: the steps stream 16-bit weights and convert as they read), else 0
+    #: (``REC_PACK16_BYTES``: the steps stream 16-bit weights and convert as they read), else 0
     pack16: int = 0
 
     @classmethod
@@ -107,10 +107,12 @@ class LayerPlan:
                    N: int, H: int, D: int = 1, P: int = 0, weights=None) -> LayerPlan:
         """The plan of a layer on a device with recurrence ``tuning`` and ``compute_units``,
         computing in ``dtype``; ``weights``: the dtype its weights are stored in (default
-        ``dtype``): 16-bit weights are packed as they are where ``REC_PACK16`` is set."""
+        ``dtype``): 16-bit weights are packed as they are when one direction's ``R`` has more
+        than ``REC_PACK16_BYTES`` bytes in float32."""
         dtype = np.dtype(dtype)
         code = dtype_code(weights) if weights is not None else 0
-        pack16 = code if code in (3, 4) and int(tuning.get("REC_PACK16", 0)) else 0
+        r32 = cell.G * H * (P or H) * 4
+        pack16 = code if code in (3, 4) and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
         T, N, H, D, P = int(T), int(N), int(H), int(D), int(P)
         K = P or H
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])

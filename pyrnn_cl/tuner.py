@@ -264,7 +264,7 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
         # lanes (GPUs); a CPU work-item already streams its slab with whole vectors
         values = ({1} if _cpu_like(device) else
                   {v for v in values if v <= tuning.clamp_work_group(info, v)}) | {current[name]}
-    if name == "REC_PACK16":
+    if name == "REC_PACK16_BYTES":
         # only 16-bit calls read it, and the workloads are float32: trying it would time the
         # same work twice and could adopt noise (its derived value and measurements: tuning.md)
         values = {current[name]}

@@ -62,6 +62,8 @@ FORMAT = 1  # version of the entry file format
 _log = logging.getLogger(__name__)
 
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+#: a byte threshold that nothing reaches ("never")
+NEVER = 1 << 40
 
 #: ``REC_BWD_ROWS`` derived for CPU-like devices (:func:`derive`): also the rows a layer plan
 #: and the bench's memory model assume when no device says otherwise.
@@ -141,9 +143,10 @@ SPACE: dict[str, tuple[Param, ...]] = {
               "... while groups x R stays below this many bytes", compiled=False),
         Param("REC_BWD_ROWS", (512, 1024, 2048, 4096, 8192), 1, 1 << 24,
               "rows (steps x N) of gate gradients per backward chunk", compiled=False),
-        Param("REC_PACK16", (0, 1), 0, 1,
-              "16-bit weights: 1 packs them as stored (the steps stream 16-bit weights and "
-              "convert as they read; the programs' PACK_DTYPE), 0 widens them in the pack",
+        Param("REC_PACK16_BYTES", (0, 1 << 18, 1 << 20, 1 << 22, 1 << 24, NEVER), 0, NEVER,
+              "16-bit weights are packed as stored (the steps stream half the bytes and widen "
+              "as they read; the programs' PACK_DTYPE) when one direction's R has more than "
+              "this many bytes in float32 (NEVER: never), else widened in the pack",
               compiled=False),
     ),
 }
@@ -290,7 +293,11 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
             "REC_BWD_ROWS": CPU_REC_BWD_ROWS,
-            "REC_PACK16": 0,
+            # 16-bit packs where R streams from beyond the cache each step (more than a
+            # quarter of the last level reported): there halving its bytes pays for the
+            # conversions; an R the cache holds runs faster from a float32 pack (PoCL 3.1 and
+            # Intel's runtime on a Zen 4, docs/benchmarks.md)
+            "REC_PACK16_BYTES": cache // 4 if cache else NEVER,
         }
         reduce = {"REDUCE_VW": vw, "REDUCE_NV": 4, "REDUCE_WG": clamp_work_group(info, 8)}
     else:
@@ -319,7 +326,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                       "REC_BWD_ROWS": 8192,
                       # 16-bit weights streamed as stored: the steps of small batches are bound
                       # by reading R, and a GPU converts for free
-                      "REC_PACK16": 1}
+                      "REC_PACK16_BYTES": 0}
         reduce = {"REDUCE_VW": 4, "REDUCE_NV": 1, "REDUCE_WG": clamp_work_group(info, 2 * simd)}
     return {"gemm": gemm, "gemm_f64": gemm64, "reduce": reduce, "recurrence": recurrence}
 

@@ -661,7 +661,7 @@ def test_empty_sizes(device, shape, device_arrays):
 
 
 # =================================================================================================
-# 16-bit packs (REC_PACK16): the steps read the weights as stored
+# 16-bit packs (REC_PACK16_BYTES): the steps read the weights as stored
 
 #: recurrence tunings that reach every step kernel's weight reads: the whole-sequence kernels
 #: with the device's vector width, per-step kernels with 2-unit vectors, and per-step kernels
@@ -704,16 +704,18 @@ def _run_all_ops(device, dtype):
 @pytest.mark.parametrize("tune", list(PACK16_TUNINGS))
 @pytest.mark.parametrize("dtype", STORAGE)
 def test_16bit_packs_give_the_widened_packs_results(device, dtype, tune):
-    """``REC_PACK16`` = 1 (16-bit weights packed as stored, converted in the step kernels as
-    they read them; derived for GPUs) gives bit for bit the results of ``REC_PACK16`` = 0
-    (packed to float32), over every step kernel that reads a pack: the values and the order of
-    every product are the same. The oracle tests above check the results themselves."""
+    """16-bit weights packed as stored and widened in the step kernels as they read them
+    (``REC_PACK16_BYTES`` = 0; derived for GPUs, and for CPUs where R outgrows the cache) give
+    bit for bit the results of packs widened to float32 (``NEVER``), over every step kernel
+    that reads a pack: the values and the order of every product are the same. The oracle
+    tests above check the results themselves."""
     from pyrnn_cl import tuning
 
     base = dict(device.tuning("recurrence"), **PACK16_TUNINGS[tune])
     results = {}
     for pack16 in (0, 1):
-        with tuning.trial(device, "recurrence", dict(base, REC_PACK16=pack16)):
+        limit = 0 if pack16 else tuning.NEVER
+        with tuning.trial(device, "recurrence", dict(base, REC_PACK16_BYTES=limit)):
             getattr(device, "_pyrnn_layers", {}).clear()    # (only this run's layers below)
             results[pack16] = _run_all_ops(device, dtype)
             packs = {layer.plan.pack16 for layer in device._pyrnn_layers.values()

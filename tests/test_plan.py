@@ -17,6 +17,7 @@ import pytest
 from helpers.device import override_tuning
 from pyrnn_cl import engine
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
+from pyrnn_cl.sources import BFLOAT16 as BF16
 
 A = ACTIVATIONS
 SIG, TANH = A["sigmoid"], A["tanh"]
@@ -38,6 +39,9 @@ CONFIGS = {
     "rnn-no-y-full-inputs": ("rnn", 6, 4, 8, 2, 0, 8, {"no_y": True, "full": True,
                                                        "inputs": 3}),
     "rnn-lens-no-dR": ("rnn", 4, 3, 4, 1, 0, 3, {"lens": True, "need_dR": False}),
+    # float16 weights packed as stored (REC_PACK16_BYTES = 0): the packs take 2 bytes
+    "lstm-proj-bi-f16-packs": ("lstm", 5, 2, 8, 2, 4, 4, {"w16": True}),
+    "gru-after-x-f16-packs": ("gru-after", 6, 2, 8, 1, 0, 4, {"x": 8, "w16": True}),
 }
 
 
@@ -58,14 +62,20 @@ def _record(monkeypatch):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_plan_bytes_are_the_engine_allocations(device, monkeypatch, name):
     kind, T, N, H, D, P, bwd_rows, opt = CONFIGS[name]
-    override_tuning(device, monkeypatch, REC_BWD_ROWS=bwd_rows)
+    w16 = bool(opt.get("w16"))
+    override_tuning(device, monkeypatch, REC_BWD_ROWS=bwd_rows,
+                    **({"REC_PACK16_BYTES": 0} if w16 else {}))
     cell = CELLS[kind]
     q, dt = device.queue, np.float32
+    wdt = np.float16 if w16 else dt
     rng = np.random.default_rng(len(name))
     K, GH = P or H, cell.G * H
 
     def dev(*shape):
         return cla.to_device(q, rng.uniform(-0.5, 0.5, shape).astype(dt))
+
+    def weight(*shape):     # (stored as the layer's weights are)
+        return cla.to_device(q, rng.uniform(-0.5, 0.5, shape).astype(wdt))
 
     def view(a, width):
         return engine.StateView(a, width, D * width)
@@ -73,23 +83,24 @@ def test_plan_bytes_are_the_engine_allocations(device, monkeypatch, name):
     peep = kind == "lstm-peep"
     rec = engine.Recurrence(device, dt, cell, T=T, N=N, H=H, D=D, P=P, rev_mask=0b10 * (D > 1),
                             has_mask=bool(opt.get("mask")), has_len=bool(opt.get("lens")),
-                            has_peep=peep)
+                            has_peep=peep, weights=wdt)
     plan = rec.plan
+    assert plan.pack16 == (3 if w16 else 0)
     assert (plan.T, plan.N, plan.H, plan.D, plan.P, plan.K) == (T, N, H, D, P, K)
     assert (plan.vw, plan.nb, plan.fused, plan.bwd_rows) == (rec.vw, rec.nb, rec.fused, bwd_rows)
     lens = None
     if opt.get("lens"):
         lens = cla.to_device(q, np.array([T, 1, T - 1][:N] + [T] * (N - 3), np.int32))
     layer = engine.LayerInputs(
-        dev(D, GH, K), view(dev(N, D * K), K), c0=view(dev(N, D * H), H) if cell.has_c else None,
+        weight(D, GH, K), view(dev(N, D * K), K), c0=view(dev(N, D * H), H) if cell.has_c else None,
         peep=dev(D, GH) if peep else None,
         mask=cla.to_device(q, (rng.uniform(0, 1, (T, N, D * H)) > 0.3).astype(dt))
-        if opt.get("mask") else None, lens=lens, w_proj=dev(D, P, H) if P else None)
+        if opt.get("mask") else None, lens=lens, w_proj=weight(D, P, H) if P else None)
 
     seen = _record(monkeypatch)
     I = opt.get("x")
     if I:
-        fwd = rec.forward(None, layer, x=dev(T, N, I), w=dev(D * GH, I), xb=dev(D * GH))
+        fwd = rec.forward(None, layer, x=dev(T, N, I), w=weight(D * GH, I), xb=dev(D * GH))
     else:
         fwd = rec.forward(dev(T, N, D * GH), layer)
     in_kernel = "wpk_x" in seen
@@ -152,3 +163,26 @@ def test_cell_roles_resolved_once_per_spec():
         assert spec.registry == fresh
         assert again.registry is spec.registry       # resolved once
     assert CellSpec("rnn", (0,), (tanh,)).registry is cells.cell_kind("rnn")
+
+
+def test_16bit_packs_follow_the_weights_and_the_size_threshold():
+    """Packs keep 16 bits only for 16-bit weights whose R (float32 bytes, one direction) is
+    larger than REC_PACK16_BYTES; their buffers then take 2 bytes per element."""
+    from pyrnn_cl.plan import LayerPlan
+    from pyrnn_cl.tuning import NEVER
+
+    cell = CELLS["lstm"]
+    tuning = {"REC_VW": 8, "REC_VW_F64": 4, "REC_NB": 4, "REC_WG": 0,
+              "REC_BWD_ROWS": 2048, "REC_PACK16_BYTES": 4 * 16 * 16 * 4}   # = R of H = 16
+    for H, weights, want in ((16, np.float16, 0), (24, np.float16, 3), (24, None, 0),
+                             (24, np.float32, 0)):
+        plan = LayerPlan.for_device(cell, np.float32, tuning, 2, T=3, N=2, H=H, weights=weights)
+        assert plan.pack16 == want, (H, weights)
+        fwd = plan.forward_buffers()
+        assert fwd["rpk"] == 4 * H * H * (2 if want else 4) and fwd["y"] == 3 * 2 * H * 4
+    if BF16 is not None:
+        plan = LayerPlan.for_device(cell, np.float32, tuning, 2, T=3, N=2, H=24, weights=BF16)
+        assert plan.pack16 == 4
+    never = dict(tuning, REC_PACK16_BYTES=NEVER)
+    assert LayerPlan.for_device(cell, np.float32, never, 2, T=3, N=2, H=512,
+                                weights=np.float16).pack16 == 0

@@ -181,9 +181,9 @@ def test_choices_respect_the_device(device):
                                          GEMM_LTN=32))
     # a value only 16-bit calls read is not searched with the float32 workloads
     rec = device.tuning("recurrence")
-    for pack16 in (0, 1):
-        assert tuner.choices(device, "recurrence", "REC_PACK16",
-                             dict(rec, REC_PACK16=pack16)) == [pack16]
+    for limit in (0, tuning.NEVER):
+        assert tuner.choices(device, "recurrence", "REC_PACK16_BYTES",
+                             dict(rec, REC_PACK16_BYTES=limit)) == [limit]
 
 
 def test_autotune_runs_once_on_first_use(device, db, monkeypatch):

@@ -130,6 +130,15 @@ def test_derived_defaults_differ_where_the_devices_do():
     assert h100["REC_WG"] == 0
     # a GPU splits a tile's products over one warp; a CPU work-item owns its tile
     assert h100["REC_KS"] == 32 and avx2["recurrence"]["REC_KS"] == 1
+    # 16-bit packs: always on a GPU; on a CPU for an R beyond a quarter of the last-level
+    # cache (an LSTM of H = 1024, 16 MiB, on 32 MiB; H = 256, 1 MiB, on a 1 MiB cache); never
+    # where no cache size is reported
+    assert h100["REC_PACK16_BYTES"] == 0
+    assert avx2["recurrence"]["REC_PACK16_BYTES"] == 8 << 20
+    assert neon["REC_PACK16_BYTES"] == 256 << 10
+    unknown = tuning.derive(dataclasses.replace(AVX2_CPU, global_mem_cache_size=0),
+                            profile_for(AVX2_CPU))["recurrence"]
+    assert unknown["REC_PACK16_BYTES"] == tuning.NEVER
 
 
 def test_gpu_tiled_gemm_tiles():

@@ -7,7 +7,7 @@
  * packed either to float32 (PACK_DTYPE 1, exact: the pack is the one pass over the weights
  * that every call makes anyway, so a 16-bit call never widens them in a separate pass) or as
  * it is (PACK_DTYPE = PYRNN_DTYPE: the steps then stream half the bytes and convert as they
- * read, LOAD_PACKV; the tuning value REC_PACK16 chooses).
+ * read, LOAD_PACKV; the tuning value REC_PACK16_BYTES chooses by R's size).
  *
  * Direction d's weight starts at element src_off + d * src_dstride of the source buffer, so a
  * pack reads a weight where it lies, e.g. inside a cuDNN params buffer (the directions'
