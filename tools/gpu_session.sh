@@ -9,7 +9,8 @@
 #
 # Stages: probe (driver, OpenCL platforms, `pyrnn-cl devices`), selftest, tests (the suite on
 # the NVIDIA device, "not slow"), bench (GPU tier against cuDNN, JSON to $OUT), quick (three
-# GPU-tier configurations), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT),
+# GPU-tier configurations), half (float16 storage against float32 in the same turns, small-batch
+# GPU shapes: the 16-bit packs of REC_PACK16_BYTES), tune (pyrnn-cl tune on the GPU; the entry is copied to $OUT),
 # benchtuned (the GPU tier again, tuned entry in use), times (device time per kernel,
 # tools/kernel_times.py), script (any Python file: SCRIPT="path args", e.g.
 # SCRIPT="tools/bridge_prepare_ab.py lstm:256x256x32x50 lstm:128x64x8x100" for the torch
@@ -71,6 +72,10 @@ for s in "$@"; do
     quick)
       stage quick 150 python3 -m pyrnn_cl bench --torch-device cuda --no-progress \
         --configs gpu-lstm-512x16,gpu-lstm-1024x32,gpu-gru-512x32 --json "$OUT/quick.json" ;;
+    half)
+      stage half 300 python3 -m pyrnn_cl bench --dtype float16 --no-torch --no-progress \
+        --configs gpu-lstm-512x16,gpu-lstm-1024x32,gpu-inf-1024x1,gpu-gru-512x32 --repeat 5 \
+        --json "$OUT/half.json" ;;
     tune)
       stage tune $(( ${TUNE_BUDGET:-240} + ${TUNE_SLACK:-120} )) python3 -m pyrnn_cl tune --no-progress \
         --budget "${TUNE_BUDGET:-240}" ${TUNE_CONFIGS:+--configs $TUNE_CONFIGS}

@@ -1,6 +1,6 @@
 """Device time per kernel of one op call, from OpenCL profiling events (a developer's tool).
 
-    python tools/kernel_times.py [--device SPEC] [--repeat N] CELL:HxIxNxT ...
+    python tools/kernel_times.py [--device SPEC] [--repeat N] [--dtype DTYPE] CELL:HxIxNxT ...
 
 Runs the MPSGraph-dialect forward and forward+backward of each shape on device arrays through a
 profiling command queue, and prints, per kernel name, launches and summed device time (the
@@ -24,13 +24,16 @@ def main(argv=None) -> int:
     from profiling import profiling_device
 
     import pyrnn_cl as rc
-    from pyrnn_cl.bench.configs import _shape_config
+    from pyrnn_cl.bench.configs import _shape_config, _storage_dtype
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("shapes", nargs="+")
     p.add_argument("--device", default=None)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--dtype", default="float32",
+                   help="storage dtype of every array: float32 (default), float16, bfloat16")
     args = p.parse_args(argv)
+    storage = _storage_dtype(args.dtype)
     device, events = profiling_device(args.device)
     queue = device.queue
     print(f"device: {device.info.name} ({device.info.platform_name})")
@@ -41,7 +44,7 @@ def main(argv=None) -> int:
         G, T, N, I, H = cfg.G, cfg.T, cfg.N, cfg.I, cfg.H
 
         def dev(*s):
-            return cla.to_device(queue, (rng.standard_normal(s) * 0.1).astype(np.float32))
+            return cla.to_device(queue, (rng.standard_normal(s) * 0.1).astype(storage))
 
         x, w, r, b, h0 = dev(T, N, I), dev(G * H, I), dev(G * H, H), dev(G * H), dev(N, H)
         c0 = dev(N, H)
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
             runs.sort(key=lambda r: r[0])
             wall, span, per = runs[len(runs) // 2]
             busy = sum(v[1] for v in per.values())
-            print(f"\n{shape} {what}: wall {wall:.3f} ms, first start to last end {span:.3f} ms, "
+            print(f"\n{shape} {storage} {what}: wall {wall:.3f} ms, first start to last end {span:.3f} ms, "
                   f"kernels busy {busy:.3f} ms")
             for name, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1]):
                 print(f"  {name:28s} {n:5d} launches {ms:9.3f} ms  {1e3 * ms / n:8.1f} us each")
