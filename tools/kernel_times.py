@@ -92,8 +92,8 @@ def main(argv=None) -> int:
             runs.sort(key=lambda r: r[0])
             wall, span, per = runs[len(runs) // 2]
             busy = sum(v[1] for v in per.values())
-            print(f"\n{shape} {storage} {what}: wall {wall:.3f} ms, first start to last end {span:.3f} ms, "
-                  f"kernels busy {busy:.3f} ms")
+            print(f"\n{shape} {storage} {what}: wall {wall:.3f} ms, first start to last end "
+                  f"{span:.3f} ms, kernels busy {busy:.3f} ms")
             for name, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1]):
                 print(f"  {name:28s} {n:5d} launches {ms:9.3f} ms  {1e3 * ms / n:8.1f} us each")
 
