@@ -7,6 +7,8 @@ How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on req
   :data:`DEFAULT_CONFIGS`): for ``gemm`` the three products a layer runs (the input projection
   ``x W^T``, the input gradient ``dG W`` and the weight gradient ``dG^T x``), for ``reduce`` the
   bias gradient's row sums, for ``recurrence`` the whole layer forward and forward + backward.
+  Parameters that only 16-bit calls read (:data:`SIXTEEN_BIT_PARAMS`: which recurrent weights
+  are streamed as stored) are searched last, on the same layers in float16.
 * **Correctness first.** Before a candidate is timed, its results are compared with a
   reference: GEMM and sums with NumPy in float64; a recurrence's forward output with the float64
   NumPy reference of :mod:`pyrnn_cl._selftest_ref`, and its gradients with those computed under
@@ -53,6 +55,11 @@ DEFAULT_CONFIGS = ("tiny-latency", "db-charlm", "db-mt-512x16", "gru-512x16", "d
 #: ... on a GPU: shapes of the GPU tier from latency-bound (one step, batch 1) to H = 1024, N = 32
 GPU_CONFIGS = ("gpu-lstm-512x16", "gpu-lstm-1024x32", "gpu-gru-512x32", "gpu-inf-1024x1")
 AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
+#: parameters only 16-bit calls read: searched after the rest of their family, with its
+#: workloads in float16 (the float32 ones would time the same work for every value)
+SIXTEEN_BIT_PARAMS = {"recurrence": ("REC_PACK16_BYTES",)}
+#: share of a family's budget spent on its 16-bit pass
+SIXTEEN_BIT_SHARE = 0.2
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
 #: share of the budget per family (what one family leaves unused goes to the next)
 BUDGET_SHARE = {"gemm": 0.35, "gemm_f64": 0.2, "reduce": 0.05, "recurrence": 0.6}
@@ -184,17 +191,22 @@ def _reference_forward(cfg, weights, x):
     return src
 
 
-def _recurrence_workloads(device, configs, derived_values):
-    """Forward and forward + backward of each configuration (bench's device-array runner)."""
+def _recurrence_workloads(device, configs, derived_values, dtype="float32"):
+    """Forward and forward + backward of each configuration (bench's device-array runner), its
+    arrays stored in ``dtype`` (float32, or float16 for :data:`SIXTEEN_BIT_PARAMS`; the
+    forward is then held against the float64 reference of the float32 inputs within 1e-2,
+    what half storage allows, and the gradients against the derived values' within 1e-2: one
+    rounding of a 16-bit result may differ with the order of a sum)."""
     from .bench import _make_weights, _Ours
 
     rng = np.random.default_rng(3)
+    tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-2
     out = []
     for cfg in configs:
         weights = _make_weights(cfg)
         x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
         dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
-        ours = _Ours(cfg, weights, x, dy, device, use_cudnn=False)
+        ours = _Ours(cfg, weights, x, dy, device, use_cudnn=False, dtype=dtype)
         y_ref = _reference_forward(cfg, weights, x)
 
         def gradients(ours=ours):
@@ -206,22 +218,24 @@ def _recurrence_workloads(device, configs, derived_values):
 
         def check_forward(ours=ours, y_ref=y_ref, name=cfg.name):
             err = _rel_err(ours.forward_output(), y_ref)
-            if not err <= 1e-4:
+            if not err <= tol:
                 raise CandidateError(f"{name} forward: error {err:.2e} against float64")
 
         def check_backward(gradients=gradients, g_ref=g_ref, name=cfg.name):
             for got, want in zip(gradients(), g_ref):
                 err = _rel_err(got, want)
-                if not err <= 1e-4:
+                if not err <= tol:
                     raise CandidateError(f"{name} gradients: error {err:.2e}")
 
-        out.append(Workload(f"{cfg.name} forward", ours.run_forward, check_forward))
-        out.append(Workload(f"{cfg.name} fwd+bwd", ours.run_fwd_bwd, check_backward))
+        label = cfg.name if np.dtype(dtype) == np.float32 else f"{cfg.name} {dtype}"
+        out.append(Workload(f"{label} forward", ours.run_forward, check_forward))
+        out.append(Workload(f"{label} fwd+bwd", ours.run_fwd_bwd, check_backward))
     return out
 
 
-def workloads(device, family, configs):
-    """The workloads of ``family`` for benchmark ``configs`` on ``device``."""
+def workloads(device, family, configs, dtype="float32"):
+    """The workloads of ``family`` for benchmark ``configs`` on ``device`` (``dtype``: the
+    storage of the recurrence's layers, float16 for its 16-bit pass)."""
     if family in ("gemm", "gemm_f64"):
         return _gemm_workloads(device, configs,
                                np.float32 if family == "gemm" else np.float64)
@@ -229,7 +243,8 @@ def workloads(device, family, configs):
         return _reduce_workloads(device, configs)
     if family == "recurrence":
         return _recurrence_workloads(device, configs,
-                                     tuning.derive(device.info, device.profile)["recurrence"])
+                                     tuning.derive(device.info, device.profile)["recurrence"],
+                                     dtype)
     raise ValueError(f"families: unknown kernel family {family!r}; known: "
                      f"{', '.join(tuning.FAMILIES)}")
 
@@ -264,10 +279,6 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
         # lanes (GPUs); a CPU work-item already streams its slab with whole vectors
         values = ({1} if _cpu_like(device) else
                   {v for v in values if v <= tuning.clamp_work_group(info, v)}) | {current[name]}
-    if name == "REC_PACK16_BYTES":
-        # only 16-bit calls read it, and the workloads are float32: trying it would time the
-        # same work twice and could adopt noise (its derived value and measurements: tuning.md)
-        values = {current[name]}
     if name == "REC_WG" and device.profile.specialises_per_local_size:
         values &= {0, 1, current[name]}
     if name == "GEMM_LOCAL" and _cpu_like(device):
@@ -354,6 +365,19 @@ class FamilyResult:
     rejected: list = field(default_factory=list)   # (values, why): wrong results
     failed: list = field(default_factory=list)     # (values, why): build or launch failures
     seconds: float = 0.0
+    #: the 16-bit pass (:data:`SIXTEEN_BIT_PARAMS`), confirmed speedup on the float16
+    #: workloads; None where the family has none or it did not run
+    speedup16: float | None = None
+
+    def add_pass(self, other: FamilyResult) -> None:
+        """Take the result of a further pass over some of the parameters (started from this
+        one's best): its best values, counts and time; its speedup as :attr:`speedup16`."""
+        self.best = dict(other.best)
+        self.tried += other.tried
+        self.rejected += other.rejected
+        self.failed += other.failed
+        self.seconds += other.seconds
+        self.speedup16 = other.speedup
 
     @property
     def changed(self) -> dict:
@@ -419,7 +443,8 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
     cost = time.monotonic() - t0                  # one candidate costs about this, plus builds
     deadline = t0 + budget - 4 * cost             # the confirmation runs 4 evaluations
     best_score = 1.0
-    order = list(names) if names else [p.name for p in tuning.SPACE[family]]
+    order = list(names) if names else [p.name for p in tuning.SPACE[family]
+                                       if p.name not in SIXTEEN_BIT_PARAMS.get(family, ())]
     seen = {tuple(sorted(start.items()))}
     changed = True
     while changed and time.monotonic() + cost < deadline:
@@ -499,10 +524,19 @@ def tune(device=None, *, budget: float = DEFAULT_BUDGET, configs=None, families=
             share = left * shares[i] / sum(shares[i:])
             bar.update(f"{family}: preparing workloads")
             # the previous families' winners apply while this one is tuned
+            family_end = time.monotonic() + share
             work = workloads(device, family, cfgs)
-            results.append(tune_family(device, family, work, max(1.0, share), repeat=repeat,
-                                       bar=bar))
+            sixteen = SIXTEEN_BIT_PARAMS.get(family, ())
+            main_share = share * (1 - SIXTEEN_BIT_SHARE) if sixteen else share
+            results.append(tune_family(device, family, work, max(1.0, main_share),
+                                       repeat=repeat, bar=bar))
             r = results[-1]
+            if sixteen:     # then the 16-bit parameters, from the values just found
+                bar.update(f"{family}: preparing float16 workloads")
+                work16 = workloads(device, family, cfgs, dtype="float16")
+                r.add_pass(tune_family(device, family, work16,
+                                       max(1.0, family_end - time.monotonic()), repeat=repeat,
+                                       bar=bar, start=r.best, names=sixteen))
             device._tuning_trial = dict(device._tuning_trial or {}, **{family: r.best})
     finally:
         device._tuning_trial = None
@@ -510,6 +544,8 @@ def tune(device=None, *, budget: float = DEFAULT_BUDGET, configs=None, families=
     path = None
     if save:
         meta = {r.family: {"speedup": round(r.speedup, 3), "tried": r.tried,
+                           **({} if r.speedup16 is None else
+                              {"speedup_float16": round(r.speedup16, 3)}),
                            "rejected": len(r.rejected), "failed": len(r.failed),
                            "seconds": round(r.seconds, 1), "configs": [c.name for c in cfgs],
                            "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -538,9 +574,10 @@ def autotune(device) -> None:
 def format_results(device, results, path) -> str:
     lines = [f"Tuned {device.info.describe()} (kernel version {tuning.kernel_version()})"]
     for r in results:
-        lines.append(f"  {r.family}: {r.speedup:.2f}x over the starting values; {r.tried} "
-                     f"candidates in {r.seconds:.0f} s ({len(r.rejected)} rejected as wrong, "
-                     f"{len(r.failed)} failed to build or run)")
+        half = "" if r.speedup16 is None else f" ({r.speedup16:.2f}x on float16 layers)"
+        lines.append(f"  {r.family}: {r.speedup:.2f}x over the starting values{half}; "
+                     f"{r.tried} candidates in {r.seconds:.0f} s ({len(r.rejected)} rejected as "
+                     f"wrong, {len(r.failed)} failed to build or run)")
         if r.changed:
             lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(r.changed.items())))
         for _values, why in r.rejected[:3]:

@@ -179,11 +179,33 @@ def test_choices_respect_the_device(device):
     # combinations the tiled kernel cannot take are never tried
     assert not tuner._valid("gemm", dict(current, GEMM_LBM=64, GEMM_LTM=8, GEMM_LBN=48,
                                          GEMM_LTN=32))
-    # a value only 16-bit calls read is not searched with the float32 workloads
-    rec = device.tuning("recurrence")
-    for limit in (0, tuning.NEVER):
-        assert tuner.choices(device, "recurrence", "REC_PACK16_BYTES",
-                             dict(rec, REC_PACK16_BYTES=limit)) == [limit]
+
+
+def test_16bit_parameters_are_tuned_on_float16_layers(device, db, monkeypatch):
+    """REC_PACK16_BYTES, which only 16-bit calls read, is searched on float16 workloads after
+    the rest of the recurrence family (never with the float32 ones, which would time the same
+    work for every value); the value that makes them faster is adopted and recorded."""
+    derived = device.tuning("recurrence")["REC_PACK16_BYTES"]
+    fast = tuning.NEVER if derived == 0 else 0
+    seen = []
+
+    def fake(dev, family, configs, dtype="float32"):
+        def run():
+            limit = dev.tuning("recurrence")["REC_PACK16_BYTES"]
+            seen.append((dtype, limit))
+            time.sleep(0.001 if dtype == "float16" and limit == fast else 0.004)
+        return [tuner.Workload(f"fake {dtype}", run, lambda: None)]
+
+    monkeypatch.setattr(tuner, "workloads", fake)
+    results, path = tuner.tune(device, budget=20, configs=["tiny-latency"],
+                               families=["recurrence"], repeat=1, progress=False)
+    r = results[0]
+    assert r.best["REC_PACK16_BYTES"] == fast and r.speedup16 > 1.5
+    assert {limit for dt, limit in seen if dt == "float32"} == {derived}
+    assert {limit for dt, limit in seen if dt == "float16"} > {derived, fast}
+    meta = json.loads(path.read_text())["meta"]["recurrence"]
+    assert meta["speedup_float16"] > 1.5
+    assert "on float16 layers" in tuner.format_results(device, results, path)
 
 
 def test_autotune_runs_once_on_first_use(device, db, monkeypatch):
