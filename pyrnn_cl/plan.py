@@ -110,19 +110,19 @@ class LayerPlan:
         ``dtype``): 16-bit weights are packed as they are when one direction's ``R`` has more
         than ``REC_PACK16_BYTES`` bytes in float32."""
         dtype = np.dtype(dtype)
-        code = dtype_code(weights) if weights is not None else 0
-        r32 = cell.G * H * (P or H) * 4
-        pack16 = code if code in (3, 4) and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
         T, N, H, D, P = int(T), int(N), int(H), int(D), int(P)
         K = P or H
+        code = dtype_code(weights) if weights is not None else 0
+        r32 = cell.G * H * K * 4
+        pack16 = code if code in (3, 4) and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
+        pack_itemsize = 2 if pack16 else dtype.itemsize
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
         vw = _vector_width(limit, H, *((P,) if P else ()))
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
         ks = max(1, int(tuning.get("REC_KS", 1)))
         fused = (ks == 1 and not P and not cell.two_phase
-                 and _whole_sequence_fits(tuning, compute_units,
-                                          cell.G * H * K * (2 if pack16 else dtype.itemsize),
+                 and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * pack_itemsize,
                                           D * ((N + nb - 1) // nb)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
