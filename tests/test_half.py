@@ -673,12 +673,16 @@ PACK16_TUNINGS = {
 }
 
 
-def _run_all_ops(device, dtype):
+#: the cuDNN-dialect layers of :func:`_run_all_ops`: (mode, layers, directions, projection)
+PACK16_CUDNN = (("lstm", 2, 1, 4), ("gru", 1, 2, 0), ("rnn_relu", 1, 1, 0))
+
+
+def _run_all_ops(device, dtype, cudnn=PACK16_CUDNN, mps=True):
     """Forward and gradients, as raw bits, of a cuDNN-dialect LSTM with a projection (2 layers),
     a bidirectional GRU (two-phase cell, hn rebuilt in the backward) and a ReLU RNN, and of a
     bidirectional MPSGraph LSTM (input product inside the whole-sequence kernel)."""
     bits = []
-    for mode, L, D, P in (("lstm", 2, 1, 4), ("gru", 1, 2, 0), ("rnn_relu", 1, 1, 0)):
+    for mode, L, D, P in cudnn:
         d, kw = _cudnn_problem(mode, L, D, P, dtype, H=8, I=6, seed=3)
         c0 = d["c0"] if mode == "lstm" else None
         out = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], **kw, device=device)
@@ -688,6 +692,8 @@ def _run_all_ops(device, dtype):
                                       *(up if c0 is not None else up[:2] + [None]), out[3],
                                       out[4], **kw, device=device)
         bits += [np.asarray(a).view(np.uint8) for a in list(out[:4]) + list(grads)]
+    if not mps:
+        return bits
     inputs = mps_case("lstm", dtype, shape=S.Shape("pack16", T=5, N=3, I=8, H=8),
                       bidirectional=True)
     desc = desc_of("lstm", bidirectional=True, **default_flags("lstm"))
@@ -701,14 +707,7 @@ def _run_all_ops(device, dtype):
     return bits
 
 
-@pytest.mark.parametrize("tune", list(PACK16_TUNINGS))
-@pytest.mark.parametrize("dtype", STORAGE)
-def test_16bit_packs_give_the_widened_packs_results(device, dtype, tune):
-    """16-bit weights packed as stored and widened in the step kernels as they read them
-    (``REC_PACK16_BYTES`` = 0; derived for GPUs, and for CPUs where R outgrows the cache) give
-    bit for bit the results of packs widened to float32 (``NEVER``), over every step kernel
-    that reads a pack: the values and the order of every product are the same. The oracle
-    tests above check the results themselves."""
+def _compare_packs(device, dtype, tune, **ops):
     from pyrnn_cl import tuning
 
     base = dict(device.tuning("recurrence"), **PACK16_TUNINGS[tune])
@@ -717,10 +716,29 @@ def test_16bit_packs_give_the_widened_packs_results(device, dtype, tune):
         limit = 0 if pack16 else tuning.NEVER
         with tuning.trial(device, "recurrence", dict(base, REC_PACK16_BYTES=limit)):
             getattr(device, "_pyrnn_layers", {}).clear()    # (only this run's layers below)
-            results[pack16] = _run_all_ops(device, dtype)
+            results[pack16] = _run_all_ops(device, dtype, **ops)
             packs = {layer.plan.pack16 for layer in device._pyrnn_layers.values()
                      if layer.weights == dtype}
         assert (dtype_code(dtype) in packs) == bool(pack16), packs    # the path ran (or not)
-    assert len(results[0]) == len(results[1]) > 20
+    assert len(results[0]) == len(results[1]) > 5
     for k, (a, b) in enumerate(zip(results[0], results[1])):
         assert np.array_equal(a, b), f"result {k} differs with 16-bit packs"
+
+
+@pytest.mark.parametrize("tune", list(PACK16_TUNINGS))
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_16bit_packs_give_the_widened_packs_results(device, dtype, tune):
+    """16-bit weights packed as stored and widened in the step kernels as they read them
+    (``REC_PACK16_BYTES`` = 0; derived for GPUs, and for CPUs where R outgrows the cache) give
+    bit for bit the results of packs widened to float32 (``NEVER``), over every step kernel
+    that reads a pack: the values and the order of every product are the same. The oracle
+    tests above check the results themselves."""
+    _compare_packs(device, dtype, tune)
+
+
+@pytest.mark.oclgrind
+def test_16bit_packs_small(device):
+    """The Oclgrind run's 16-bit packs: a float16 LSTM with a projection (R and W_proj packed
+    as stored, both transposed packs) through the GPU layout of split products."""
+    _compare_packs(device, np.dtype(np.float16), "split-ks4", cudnn=(("lstm", 1, 1, 4),),
+                   mps=False)
