@@ -120,10 +120,12 @@ class LayerPlan:
         vw = _vector_width(limit, H, *((P,) if P else ()))
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
-        ks = max(1, int(tuning.get("REC_KS", 1)))
-        fused = (ks == 1 and not P and not cell.two_phase
+        fused = (not P and not cell.two_phase
                  and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * pack_itemsize,
                                           D * ((N + nb - 1) // nb)))
+        # products split over REC_KS lanes (a work-group per tile) are for per-step kernels: a
+        # whole-sequence work-group holds every unit of a direction, one work-item per tile
+        ks = 1 if fused else max(1, int(tuning.get("REC_KS", 1)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
                    wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16)

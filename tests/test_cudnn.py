@@ -30,7 +30,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers.compare import F32_TOL, F64_TOL
 from helpers.cudnn import H_, I_, N_, P_, T_, assert_rel, cast, fwd_bwd, problem, rel, upstream
-from helpers.device import needs_fp64, override_tuning
+from helpers.device import PER_STEP, needs_fp64, override_tuning
 from pyrnn_cl.programs import get_program
 from reference import cudnn_ref as ref
 from reference import fd
@@ -261,7 +261,8 @@ def test_split_products(device, monkeypatch, mode, ks):
     the projection's forward and backward kernels, the reset-after GRU's hn product, lengths
     with a 0 and bidirectional layers give cudnn_ref's answer."""
     needs_fp64(device)
-    override_tuning(device, monkeypatch, REC_KS=ks, REC_NB=2, REC_VW=2, REC_VW_F64=2)
+    override_tuning(device, monkeypatch, REC_KS=ks, REC_NB=2, REC_VW=2, REC_VW_F64=2,
+                    **PER_STEP)
     P = P_ if mode == "lstm_proj" else 0
     mode = "lstm" if mode == "lstm_proj" else mode
     L, D, N = 2, 2, 5

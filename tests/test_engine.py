@@ -27,7 +27,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
-from helpers.device import needs_fp64, override_tuning
+from helpers.device import PER_STEP, needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
 from pyrnn_cl import engine, plan
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
@@ -95,7 +95,7 @@ def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
     results = []
     for vw, nb, wg, ks in TUNINGS:
         override_tuning(device, monkeypatch, REC_VW=vw, REC_VW_F64=vw, REC_NB=nb, REC_WG=wg,
-                        REC_KS=ks)
+                        REC_KS=ks, **(PER_STEP if ks > 1 else {}))
         rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
                                 T=5, N=13, H=16)
         assert (rec.vw, rec.nb, rec.ks) == (vw, nb, ks), "the engine must use the tuning values"
@@ -117,7 +117,8 @@ def test_split_products_respect_the_kernels_work_group_limit(device, monkeypatch
     from pyrnn_cl import programs
 
     needs_fp64(device)
-    override_tuning(device, monkeypatch, REC_KS=32, REC_VW=1, REC_VW_F64=1, REC_NB=2)
+    override_tuning(device, monkeypatch, REC_KS=32, REC_VW=1, REC_VW_F64=1, REC_NB=2,
+                    **PER_STEP)
     real = programs.Program.work_group_size
 
     def limited(self, name):

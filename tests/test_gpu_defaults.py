@@ -30,3 +30,22 @@ def test_selftest_with_a_gpus_derived_tuning(device, monkeypatch, gpu):
            f"forward {r.forward:.1e} gradient {r.gradient:.1e}"
            for r in results if r.status != "ok"]
     assert not bad, "\n".join(bad)
+
+
+def test_selftest_with_whole_sequence_kernels_in_the_gpu_layout(device, monkeypatch):
+    """A GPU's derived tuning with whole-sequence kernels turned on for small layers (what a
+    GPU tune may adopt: REC_SEQ_BYTES > 0): those layers run one work-item per tile with one
+    unit each (REC_VW = 1), the others the split per-step kernels; every self-test op stays
+    right."""
+    needs_fp64(device)
+    derived = tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))
+    derived["recurrence"]["REC_SEQ_BYTES"] = 1 << 20
+    monkeypatch.setattr(device, "tuning", lambda family: dict(derived[family]))
+    getattr(device, "_pyrnn_layers", {}).clear()       # (only this test's layers below)
+    results = selftest.run_checks(device, np.float64)
+    assert len(results) == len(selftest.CHECKS)
+    bad = [f"{r.check.op} [{r.check.config}]: {r.status} {r.message}"
+           for r in results if r.status != "ok"]
+    assert not bad, "\n".join(bad)
+    fused = [layer for layer in getattr(device, "_pyrnn_layers", {}).values() if layer.fused]
+    assert fused and all(layer.ks == 1 and layer.vw == 1 for layer in fused)

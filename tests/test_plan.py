@@ -186,3 +186,22 @@ def test_16bit_packs_follow_the_weights_and_the_size_threshold():
     never = dict(tuning, REC_PACK16_BYTES=NEVER)
     assert LayerPlan.for_device(cell, np.float32, never, 2, T=3, N=2, H=512,
                                 weights=np.float16).pack16 == 0
+
+
+def test_whole_sequence_layers_keep_one_work_item_per_tile():
+    """With products split over lanes (REC_KS, GPUs), a layer that runs whole-sequence kernels
+    (REC_SEQ_BYTES, e.g. from a GPU's tuned entry) takes one work-item per tile, since its
+    work-group holds every unit of a direction; larger layers keep the split per-step kernels."""
+    from pyrnn_cl.plan import LayerPlan
+
+    cell = CELLS["lstm"]
+    gpu = {"REC_VW": 1, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0, "REC_KS": 32,
+           "REC_BWD_ROWS": 8192, "REC_SEQ_BYTES": 1 << 20, "REC_SEQ_MAX_BYTES": 0,
+           "REC_SEQ_STREAM_BYTES": 0}
+    small = LayerPlan.for_device(cell, np.float32, gpu, 132, T=5, N=16, H=256)   # R: 1 MiB
+    large = LayerPlan.for_device(cell, np.float32, gpu, 132, T=5, N=16, H=512)   # R: 4 MiB
+    assert (small.fused, small.ks) == (True, 1)
+    assert (large.fused, large.ks) == (False, 32)
+    off = LayerPlan.for_device(cell, np.float32, dict(gpu, REC_SEQ_BYTES=0), 132, T=5, N=16,
+                               H=256)
+    assert (off.fused, off.ks) == (False, 32)

@@ -28,7 +28,7 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
-from helpers.device import override_tuning
+from helpers.device import PER_STEP, override_tuning
 from pyrnn_cl import cudnn, gemm
 from pyrnn_cl.programs import enqueue, get_program
 from reference import cudnn_ref as C
@@ -139,7 +139,8 @@ def test_split_products_over_work_groups(device, monkeypatch):
     ``pyrnn_bwd_b``), H = 12 (K = 12 terms: three per lane), N = 5 (a row-block tail), and a
     bidirectional LSTM with a projection and lengths (``pyrnn_proj``, ``pyrnn_bwd_proj``)
     through the cuDNN dialect."""
-    override_tuning(device, monkeypatch, REC_VW=2, REC_VW_F64=2, REC_NB=2, REC_KS=4)
+    override_tuning(device, monkeypatch, REC_VW=2, REC_VW_F64=2, REC_NB=2, REC_KS=4,
+                    **PER_STEP)
     rng = np.random.default_rng(9)
     T, N, I, H = 3, 5, 4, 12
     g = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 3 * H, H, scale=0.3),

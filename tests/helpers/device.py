@@ -12,6 +12,12 @@ def needs_fp64(device) -> None:
         pytest.skip(f"{device.info.describe()} has no cl_khr_fp64")
 
 
+#: recurrence values that keep every layer on per-step kernels: a layer that runs
+#: whole-sequence kernels takes one work-item per tile whatever REC_KS says, so tests of the
+#: products split over REC_KS work-items set these too
+PER_STEP = {"REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0}
+
+
 def override_tuning(device, monkeypatch, family="recurrence", **values):
     """Make ``device.tuning(family)`` return its profile's values updated by ``values`` for the
     rest of the test (each call starts again from the profile's own values)."""
