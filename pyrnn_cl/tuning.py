@@ -48,6 +48,7 @@ from pathlib import Path
 
 from . import _env
 from .errors import TuningWarning
+from .sources import CL_DIR, expand_includes
 
 __all__ = [
     "FAMILIES", "SPACE", "Param", "derive", "resolve", "source", "kernel_version",
@@ -384,29 +385,16 @@ FAMILY_SOURCES: dict[str, tuple[str, ...]] = {
     "recurrence": ("recurrence.cl", "util.cl", "cells"),
 }
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-
-
-def _kernel_root() -> Path:
-    return Path(__file__).parent / "cl"
-
-
 def family_files(family: str) -> list[Path]:
-    """The source files of ``family`` (:data:`FAMILY_SOURCES`) and every file they include,
-    sorted."""
-    root = _kernel_root()
-    todo = []
+    """The source files of ``family`` (:data:`FAMILY_SOURCES`) and every file they include
+    (:func:`pyrnn_cl.sources.expand_includes`, the loader the programs are built with), sorted."""
+    root = CL_DIR
+    names: list[str] = []
     for name in FAMILY_SOURCES[family]:
         path = root / name
-        todo += sorted(path.glob("*.cl")) if path.is_dir() else [path]
-    seen: set[Path] = set()
-    while todo:
-        path = todo.pop().resolve()
-        if path in seen:
-            continue
-        seen.add(path)
-        todo += [path.parent / inc for inc in _INCLUDE.findall(path.read_text(encoding="utf-8"))]
-    return sorted(seen)
+        names += ([p.relative_to(root).as_posix() for p in sorted(path.glob("*.cl"))]
+                  if path.is_dir() else [name])
+    return sorted({root / used for name in names for used in expand_includes(name)[1]})
 
 
 @functools.cache
@@ -414,7 +402,7 @@ def kernel_version(family: str | None = None) -> str:
     """A hash of the kernel sources (``pyrnn_cl/cl``): of every file, or of ``family``'s
     (:func:`family_files`). Tuned values apply to the sources they were tuned on: an entry
     stores the version of each family it holds."""
-    root = _kernel_root().resolve()
+    root = CL_DIR
     if family is None:
         files = sorted(p.resolve() for p in root.rglob("*") if p.suffix in (".cl", ".h"))
     else:
