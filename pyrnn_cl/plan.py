@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cells import CellSpec
-from .sources import dtype_code
+from .sources import DTYPE_BFLOAT16, DTYPE_FLOAT16, dtype_code
 from .tuning import CPU_REC_BWD_ROWS, NEVER
 
 __all__ = ["LayerPlan", "backward_chunk_steps", "PACKS"]
@@ -114,7 +114,8 @@ class LayerPlan:
         K = P or H
         code = dtype_code(weights) if weights is not None else 0
         r32 = cell.G * H * K * 4
-        pack16 = code if code in (3, 4) and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
+        sixteen = code in (DTYPE_FLOAT16, DTYPE_BFLOAT16)
+        pack16 = code if sixteen and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
         pack_itemsize = 2 if pack16 else dtype.itemsize
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
         vw = _vector_width(limit, H, *((P,) if P else ()))
