@@ -16,10 +16,12 @@
 # SCRIPT="tools/bridge_prepare_ab.py lstm:256x256x32x50 lstm:128x64x8x100" for the torch
 # bridge with and without its prepared backward, not yet measured on a GPU). A tuning entry in
 # .gpu/tuning/ (carried) is installed first.
-# Environment: TEST_ARGS (pytest arguments, default the non-slow suite), TEST_WORKERS (8),
+# Environment: TEST_ARGS (pytest paths and arguments, default tests), TEST_MARK ("not slow"),
+# TEST_WORKERS (8),
 # TEST_TIMEOUT (420 s); BENCH_CONFIGS (comma list, default the tier), BENCH_TIMEOUT (540 s);
 # TUNE_BUDGET (240 s), TUNE_SLACK (120 s over the budget), TUNE_CONFIGS; TIMES_SHAPES;
-# SCRIPT, SCRIPT_TIMEOUT (500 s); TAIL (log lines echoed per stage, 25).
+# SCRIPT, SCRIPT_TIMEOUT (500 s); TAIL (log lines echoed per stage, 25); LIMIT_<stage> (seconds,
+# any stage's time limit, so that a session sizes its stages to its device time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -45,8 +47,9 @@ if ls .gpu/tuning/*.json >/dev/null 2>&1; then
   mkdir -p ~/.cache/pyrnn_cl/tuning && cp .gpu/tuning/*.json ~/.cache/pyrnn_cl/tuning/
 fi
 
-stage() {  # stage NAME TIMEOUT COMMAND...
-  local name=$1 limit=$2; shift 2
+stage() {  # stage NAME TIMEOUT COMMAND...  (LIMIT_<NAME>, e.g. LIMIT_half=90, overrides TIMEOUT)
+  local name=$1 limit=$2 override="LIMIT_$1"; shift 2
+  limit=${!override:-$limit}
   echo "=== $name ($(date +%T), limit ${limit}s)"
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -65,7 +68,7 @@ for s in "$@"; do
     tests)
       # shellcheck disable=SC2086
       PYRNN_CL_TEST=nvidia stage tests "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider \
-        ${TEST_ARGS:-tests -m "not slow" -n ${TEST_WORKERS:-8} --maxfail=50} ;;
+        ${TEST_ARGS:-tests} -m "${TEST_MARK:-not slow}" -n "${TEST_WORKERS:-8}" --maxfail=50 ;;
     bench)
       stage bench "${BENCH_TIMEOUT:-540}" python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
         ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/bench.json" ;;
