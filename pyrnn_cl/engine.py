@@ -383,11 +383,15 @@ class Recurrence:
         """Every buffer this layer allocates, by its :class:`LayerPlan` name: from the pool
         (``_arrays.temporary``: values that live inside the call), new (``empty``: handed to
         the caller) or new and zeroed. Packs (:data:`~pyrnn_cl.plan.PACKS`) are of
-        :attr:`pack_dtype`, everything else of the compute dtype."""
+        :attr:`pack_dtype`, everything else of the compute dtype.
+
+        A layer of 16-bit weights serves a 16-bit call, whose results the dialect narrows into
+        arrays of their own (``_arrays.Call.outs``): its float32 results live inside the call
+        too, so they come from the pool as well."""
         dt = self.pack_dtype if name in PACKS else self.dtype
         if zeros:
             return cla.zeros(self.device.queue, shape, dt)
-        if pooled:
+        if pooled or self.weights != self.dtype:
             return temporary(self.device, shape, dt)
         return empty(self.device.queue, shape, dt)
 

@@ -18,11 +18,13 @@ How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on req
 * **Search.** Coordinate descent from the current values: one parameter at a time over its
   :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (vector widths up to the native
   width on CPUs, work-groups within the device's limits), adopting a value when the geometric
-  mean of the workloads' times improves by more than :data:`MIN_GAIN`; passes repeat until
+  mean of the workloads' times improves by more than :data:`MIN_GAIN` and no workload is slower
+  than with the starting values by more than :data:`MAX_LOSS`; passes repeat until
   nothing changes or the family's share of the budget is spent. Times are the best of
   ``repeat`` runs (a shared machine only ever adds time).
 * **Confirmation.** The winner and the starting values are timed again, alternating, and the
-  winner is kept only if it is still faster.
+  winner is kept only if it is still faster, on average and within :data:`MAX_LOSS` on every
+  workload.
 
 :func:`autotune` is the short first-use tune of ``PYRNN_CL_AUTOTUNE=1``.
 """
@@ -65,6 +67,11 @@ DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
 BUDGET_SHARE = {"gemm": 0.35, "gemm_f64": 0.2, "reduce": 0.05, "recurrence": 0.6}
 #: a candidate must be this much faster (geometric mean of the workloads) to be adopted
 MIN_GAIN = 0.03
+#: ... and no single workload may be slower than with the starting values by more than this:
+#: an entry holds one value per device for every shape, so a value that wins on average while
+#: one shape loses (on the H100, REC_VW=2: GRUs 10-20 % faster, LSTM H >= 1024 steps 1.5-1.9x
+#: slower, docs/benchmarks.md) would be a regression for that shape's users
+MAX_LOSS = 0.10
 
 
 class CandidateError(Exception):
@@ -355,6 +362,11 @@ def _score(times, base) -> float:
     return math.exp(sum(math.log(t / b) for t, b in zip(times, base)) / len(times))
 
 
+def _no_workload_loses(times, base) -> bool:
+    """Whether every workload's time is within :data:`MAX_LOSS` of its time in ``base``."""
+    return all(t <= b * (1 + MAX_LOSS) for t, b in zip(times, base))
+
+
 @dataclass
 class FamilyResult:
     family: str
@@ -470,7 +482,7 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                     result.failed.append((candidate, str(exc)))
                     continue
                 score = _score(times, base)
-                if score < best_score * (1 - MIN_GAIN):
+                if score < best_score * (1 - MIN_GAIN) and _no_workload_loses(times, base):
                     best_score, result.best, changed = score, candidate, True
     if result.best != start:
         # confirm: alternate the two, best of two rounds each
@@ -481,7 +493,7 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
         s_start = [min(t[i] for t in t_start) for i in range(len(work))]
         s_best = [min(t[i] for t in t_best) for i in range(len(work))]
         gain = 1 / _score(s_best, s_start)
-        if gain > 1 + MIN_GAIN / 2:
+        if gain > 1 + MIN_GAIN / 2 and _no_workload_loses(s_best, s_start):
             result.speedup = gain
         else:
             result.best, result.speedup = dict(start), 1.0

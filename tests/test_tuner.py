@@ -140,6 +140,36 @@ def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
     assert result.speedup > 1.5
 
 
+@pytest.mark.parametrize("with_uniform_gain", [True, False])
+def test_a_value_that_slows_one_workload_is_not_adopted(device, db, with_uniform_gain):
+    """An entry holds one value for every shape. A value that makes one workload 4x faster and
+    another 1.4x slower wins on the geometric mean of the two, but is not adopted (it would be a
+    regression for the second shape's users: tuner.MAX_LOSS); a value that is faster on both is,
+    and with none such the starting values stay."""
+    start = dict(device.tuning("recurrence"))
+    name = "REC_BWD_ROWS"               # read by no workload here: only the planted times count
+    others = [v for v in tuner.choices(device, "recurrence", name, start) if v != start[name]]
+    mixed, uniform = others[0], others[-1]
+    # seconds per workload: (small layer, large layer)
+    times = {mixed: (0.001, 0.0056), uniform: (0.003, 0.0035)}
+
+    def workload(i):
+        def run():
+            value = device.tuning("recurrence")[name]
+            if value == uniform and not with_uniform_gain:
+                value = start[name]
+            time.sleep(times.get(value, (0.004, 0.004))[i])
+        return tuner.Workload(f"layer {i}", run, lambda: None)
+
+    result = tuner.tune_family(device, "recurrence", [workload(0), workload(1)], budget=30,
+                               repeat=3, start=start, names=[name])
+    assert tuner._score(times[mixed], (0.004, 0.004)) < 0.65       # the mean alone would adopt it
+    if with_uniform_gain:
+        assert result.best[name] == uniform and result.speedup > 1.1, result.best[name]
+    else:
+        assert result.best == start and result.speedup == 1.0, result.best[name]
+
+
 def test_tied_moves():
     best = {"GEMM_VW": 8, "GEMM_TN": 32, "REC_SEQ_MAX_BYTES": 1 << 17,
             "REC_SEQ_STREAM_BYTES": 1 << 20}

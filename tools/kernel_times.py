@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
+import pstats
 import sys
 import time
 
@@ -32,6 +34,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dtype", default="float32",
                    help="storage dtype of every array: float32 (default), float16, bfloat16")
+    p.add_argument("--gaps", type=int, default=0, metavar="K",
+                   help="also print the K longest idle gaps between kernels (median call), "
+                        "with the kernels on either side")
+    p.add_argument("--host-profile", type=int, default=0, metavar="K",
+                   help="also profile the host (cProfile over the timed calls) and print the K "
+                        "functions with the most time of their own")
     args = p.parse_args(argv)
     storage = _storage_dtype(args.dtype)
     device, events = profiling_device(args.device)
@@ -76,26 +84,40 @@ def main(argv=None) -> int:
             fn()
             queue.finish()
             runs = []
+            prof = cProfile.Profile() if args.host_profile else None
             for _ in range(args.repeat):
                 events.clear()
+                if prof is not None:
+                    prof.enable()
                 t0 = time.perf_counter()
                 fn()
                 queue.finish()
                 wall = time.perf_counter() - t0
+                if prof is not None:
+                    prof.disable()
                 per = collections.defaultdict(lambda: [0, 0.0])
                 for name, ev in events:
                     per[name][0] += 1
                     per[name][1] += (ev.profile.end - ev.profile.start) * 1e-6
                 span = (max(e.profile.end for _, e in events)
                         - min(e.profile.start for _, e in events)) * 1e-6 if events else 0.0
-                runs.append((wall * 1e3, span, dict(per)))
+                order = sorted(events, key=lambda ne: ne[1].profile.start)
+                gaps = sorted(((b.profile.start - a.profile.end) * 1e-3, na, nb)
+                              for (na, a), (nb, b) in zip(order, order[1:]))[::-1]
+                runs.append((wall * 1e3, span, dict(per), gaps))
             runs.sort(key=lambda r: r[0])
-            wall, span, per = runs[len(runs) // 2]
+            wall, span, per, gaps = runs[len(runs) // 2]
             busy = sum(v[1] for v in per.values())
             print(f"\n{shape} {storage} {what}: wall {wall:.3f} ms, first start to last end "
                   f"{span:.3f} ms, kernels busy {busy:.3f} ms")
             for name, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1]):
                 print(f"  {name:28s} {n:5d} launches {ms:9.3f} ms  {1e3 * ms / n:8.1f} us each")
+            for us, before, after in gaps[:args.gaps]:
+                print(f"  idle {us:8.1f} us between {before} and {after}")
+            if prof is not None:
+                print(f"  host, {args.repeat} calls (cProfile, own time):")
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(
+                    args.host_profile)
 
     for shape in args.shapes:
         run_shape(shape)
