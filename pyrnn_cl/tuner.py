@@ -16,7 +16,9 @@ How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on req
   A candidate that differs is rejected, however fast; one that fails to build or launch is
   skipped.
 * **Search.** Coordinate descent from the current values: one parameter at a time over its
-  :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (vector widths up to the native
+  :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (:func:`search_order`: the
+  whole-sequence thresholds first; parameters only float64 calls read are not searched on
+  float32 workloads) (vector widths up to the native
   width on CPUs, work-groups within the device's limits), adopting a value when the geometric
   mean of the workloads' times improves by more than :data:`MIN_GAIN` and no workload is slower
   than with the starting values by more than :data:`MAX_LOSS`; passes repeat until
@@ -60,6 +62,14 @@ AUTOTUNE_CONFIGS = ("tiny-latency", "gru-512x16")
 #: parameters only 16-bit calls read: searched after the rest of their family, with its
 #: workloads in float16 (the float32 ones would time the same work for every value)
 SIXTEEN_BIT_PARAMS = {"recurrence": ("REC_PACK16_BYTES",)}
+#: parameters only float64 calls read: not searched on the float32 workloads (every value would
+#: time the same work; four candidates of the recurrence's budget went to REC_VW_F64 alone)
+FLOAT64_PARAMS = {"recurrence": ("REC_VW_F64",)}
+#: searched first in their family: whether a layer runs whole-sequence kernels or a launch per
+#: step decides more than any tile size, and a budget spent on the tiles never reached them (an
+#: Intel Xeon with a 300 MiB L3 whose cores stream it slowly: LSTM 512/16 forward 24 ms with
+#: whole-sequence kernels for its 4 MiB R, 12 ms per step; docs/benchmarks.md)
+SEARCH_FIRST = {"recurrence": ("REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES", "REC_SEQ_BYTES")}
 #: share of a family's budget spent on its 16-bit pass
 SIXTEEN_BIT_SHARE = 0.2
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")
@@ -443,6 +453,16 @@ def _evaluate(device, family, values, work, repeat, deadline):
             device.queue.finish()
 
 
+def search_order(family: str) -> list[str]:
+    """The parameters of ``family`` that its float32 workloads search, in the order searched:
+    :data:`SEARCH_FIRST`, then the rest as :data:`pyrnn_cl.tuning.SPACE` lists them, without
+    :data:`SIXTEEN_BIT_PARAMS` (a pass of their own) and :data:`FLOAT64_PARAMS`."""
+    skip = set(SIXTEEN_BIT_PARAMS.get(family, ())) | set(FLOAT64_PARAMS.get(family, ()))
+    names = [p.name for p in tuning.SPACE[family] if p.name not in skip]
+    first = [n for n in SEARCH_FIRST.get(family, ()) if n in names]
+    return first + [n for n in names if n not in first]
+
+
 def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                 names=None) -> FamilyResult:
     """Coordinate descent over ``family``'s parameters (or only ``names``) within ``budget``
@@ -455,8 +475,7 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
     cost = time.monotonic() - t0                  # one candidate costs about this, plus builds
     deadline = t0 + budget - 4 * cost             # the confirmation runs 4 evaluations
     best_score = 1.0
-    order = list(names) if names else [p.name for p in tuning.SPACE[family]
-                                       if p.name not in SIXTEEN_BIT_PARAMS.get(family, ())]
+    order = list(names) if names else search_order(family)
     seen = {tuple(sorted(start.items()))}
     changed = True
     while changed and time.monotonic() + cost < deadline:

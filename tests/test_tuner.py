@@ -170,6 +170,30 @@ def test_a_value_that_slows_one_workload_is_not_adopted(device, db, with_uniform
         assert result.best == start and result.speedup == 1.0, result.best[name]
 
 
+def test_float32_search_skips_float64_parameters_and_starts_with_whole_sequence(device, db):
+    """The recurrence's float32 workloads never vary REC_VW_F64 (only float64 calls read it)
+    nor REC_PACK16_BYTES (its own float16 pass), and the whole-sequence thresholds are tried
+    before any tile size, so that a short budget reaches them."""
+    start = dict(device.tuning("recurrence"))
+    seen = []
+
+    def run():
+        seen.append(dict(device.tuning("recurrence")))
+        time.sleep(0.001)
+
+    work = [tuner.Workload("fake layer", run, lambda: None)]
+    tuner.tune_family(device, "recurrence", work, budget=20, repeat=1, start=start)
+    assert {v["REC_VW_F64"] for v in seen} == {start["REC_VW_F64"]}
+    assert {v["REC_PACK16_BYTES"] for v in seen} == {start["REC_PACK16_BYTES"]}
+    varied = [next(k for k in v if v[k] != start[k]) for v in seen if v != start]
+    firsts = list(tuner.SEARCH_FIRST["recurrence"])
+    assert varied and varied[0] in firsts, varied
+    tiles = [i for i, k in enumerate(varied) if k in ("REC_VW", "REC_NB")]
+    assert not tiles or all(i > varied.index(k) for k in firsts if k in varied for i in tiles)
+    assert set(tuner.search_order("recurrence")) | {"REC_VW_F64", "REC_PACK16_BYTES"} == {
+        p.name for p in tuning.SPACE["recurrence"]}
+
+
 def test_tied_moves():
     best = {"GEMM_VW": 8, "GEMM_TN": 32, "REC_SEQ_MAX_BYTES": 1 << 17,
             "REC_SEQ_STREAM_BYTES": 1 << 20}
