@@ -377,6 +377,22 @@ def _no_workload_loses(times, base) -> bool:
     return all(t <= b * (1 + MAX_LOSS) for t, b in zip(times, base))
 
 
+def _recheck_losses(device, family, start, candidate, work, repeat, times, base):
+    """:func:`_no_workload_loses` with a second look: the workloads that seem to lose are timed
+    again under ``start`` and ``candidate``, alternating, and the best of all their times
+    counts (a millisecond workload on a shared machine can read 1.5x slow once; a real loss
+    stays). Updates ``times`` and ``base`` in place."""
+    losing = [i for i, (t, b) in enumerate(zip(times, base)) if t > b * (1 + MAX_LOSS)]
+    if not losing:
+        return True
+    sub = [work[i] for i in losing]
+    for _ in range(2):
+        for values, into in ((start, base), (candidate, times)):
+            for i, t in zip(losing, _evaluate(device, family, values, sub, repeat, None)):
+                into[i] = min(into[i], t)
+    return _no_workload_loses(times, base)
+
+
 @dataclass
 class FamilyResult:
     family: str
@@ -500,9 +516,9 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                 except CandidateFailed as exc:
                     result.failed.append((candidate, str(exc)))
                     continue
-                score = _score(times, base)
-                if score < best_score * (1 - MIN_GAIN) and _no_workload_loses(times, base):
-                    best_score, result.best, changed = score, candidate, True
+                if _score(times, base) < best_score * (1 - MIN_GAIN) and _recheck_losses(
+                        device, family, start, candidate, work, repeat, times, base):
+                    best_score, result.best, changed = _score(times, base), candidate, True
     if result.best != start:
         # confirm: alternate the two, best of two rounds each
         t_start, t_best = [], []
@@ -512,7 +528,8 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
         s_start = [min(t[i] for t in t_start) for i in range(len(work))]
         s_best = [min(t[i] for t in t_best) for i in range(len(work))]
         gain = 1 / _score(s_best, s_start)
-        if gain > 1 + MIN_GAIN / 2 and _no_workload_loses(s_best, s_start):
+        if gain > 1 + MIN_GAIN / 2 and _recheck_losses(device, family, start, result.best,
+                                                       work, repeat, s_best, s_start):
             result.speedup = gain
         else:
             result.best, result.speedup = dict(start), 1.0
