@@ -599,9 +599,9 @@ class Call:
     def empty(self, shape):
         """A new device array of the compute dtype for a result. In a call that converts, every
         such result is narrowed into an array of its own (:meth:`outs`) and then dropped, so it
-        comes from the pool (:func:`temporary`): a fresh buffer per result and call costs its
-        page faults on CPU devices, and on NVIDIA's OpenCL the 16-bit path's conversions showed
-        0.2-0.7 ms idle gaps each."""
+        comes from the pool (:func:`temporary`) instead of a fresh buffer per result and call,
+        freed with its narrowing still queued (measured on CPU devices: page faults; suspected
+        behind the 0.2-0.7 ms idle gaps around the 16-bit conversions on NVIDIA's OpenCL)."""
         self._check_alloc(shape)
         if self.converts:
             return temporary(self.device, shape, self.dtype)

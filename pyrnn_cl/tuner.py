@@ -16,13 +16,13 @@ How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on req
   A candidate that differs is rejected, however fast; one that fails to build or launch is
   skipped.
 * **Search.** Coordinate descent from the current values: one parameter at a time over its
-  :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (:func:`search_order`: the
+  :data:`pyrnn_cl.tuning.SPACE` choices that suit the device (vector widths up to the native
+  width on CPUs, work-groups within the device's limits), in :func:`search_order` (the
   whole-sequence thresholds first; parameters only float64 calls read are not searched on
-  float32 workloads) (vector widths up to the native
-  width on CPUs, work-groups within the device's limits), adopting a value when the geometric
-  mean of the workloads' times improves by more than :data:`MIN_GAIN` and no workload is slower
-  than with the starting values by more than :data:`MAX_LOSS`; passes repeat until
-  nothing changes or the family's share of the budget is spent. Times are the best of
+  float32 workloads), adopting a value when the geometric mean of the workloads' times
+  improves by more than :data:`MIN_GAIN` and no workload is slower than with the starting
+  values by more than :data:`MAX_LOSS` (timed again before it counts as slower); passes repeat
+  until nothing changes or the family's share of the budget is spent. Times are the best of
   ``repeat`` runs (a shared machine only ever adds time).
 * **Confirmation.** The winner and the starting values are timed again, alternating, and the
   winner is kept only if it is still faster, on average and within :data:`MAX_LOSS` on every
@@ -372,17 +372,17 @@ def _score(times, base) -> float:
     return math.exp(sum(math.log(t / b) for t, b in zip(times, base)) / len(times))
 
 
-def _no_workload_loses(times, base) -> bool:
-    """Whether every workload's time is within :data:`MAX_LOSS` of its time in ``base``."""
-    return all(t <= b * (1 + MAX_LOSS) for t, b in zip(times, base))
+def _losing(times, base) -> list[int]:
+    """The workloads whose time is more than :data:`MAX_LOSS` above their time in ``base``."""
+    return [i for i, (t, b) in enumerate(zip(times, base)) if t > b * (1 + MAX_LOSS)]
 
 
-def _recheck_losses(device, family, start, candidate, work, repeat, times, base):
-    """:func:`_no_workload_loses` with a second look: the workloads that seem to lose are timed
-    again under ``start`` and ``candidate``, alternating, and the best of all their times
-    counts (a millisecond workload on a shared machine can read 1.5x slow once; a real loss
-    stays). Updates ``times`` and ``base`` in place."""
-    losing = [i for i, (t, b) in enumerate(zip(times, base)) if t > b * (1 + MAX_LOSS)]
+def _recheck_losses(device, family, start, candidate, work, repeat, times, base) -> bool:
+    """Whether no workload loses (:func:`_losing`) after a second look: the workloads that seem
+    to lose are timed again under ``start`` and ``candidate``, alternating, and the best of all
+    their times counts (a millisecond workload on a shared machine can read 1.5x slow once; a
+    real loss stays). Updates ``times`` and ``base`` in place."""
+    losing = _losing(times, base)
     if not losing:
         return True
     sub = [work[i] for i in losing]
@@ -390,7 +390,7 @@ def _recheck_losses(device, family, start, candidate, work, repeat, times, base)
         for values, into in ((start, base), (candidate, times)):
             for i, t in zip(losing, _evaluate(device, family, values, sub, repeat, None)):
                 into[i] = min(into[i], t)
-    return _no_workload_loses(times, base)
+    return not _losing(times, base)
 
 
 @dataclass
@@ -510,14 +510,16 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                     bar.update(f"{family}: {name}={value} (best {1 / best_score:.2f}x)")
                 try:
                     times = _evaluate(device, family, candidate, work, repeat, deadline)
+                    better = (_score(times, base) < best_score * (1 - MIN_GAIN)
+                              and _recheck_losses(device, family, start, candidate, work,
+                                                  repeat, times, base))
                 except CandidateError as exc:
                     result.rejected.append((candidate, str(exc)))
                     continue
                 except CandidateFailed as exc:
                     result.failed.append((candidate, str(exc)))
                     continue
-                if _score(times, base) < best_score * (1 - MIN_GAIN) and _recheck_losses(
-                        device, family, start, candidate, work, repeat, times, base):
+                if better:
                     best_score, result.best, changed = _score(times, base), candidate, True
     if result.best != start:
         # confirm: alternate the two, best of two rounds each

@@ -102,8 +102,8 @@ def main(argv=None) -> int:
                 span = (max(e.profile.end for _, e in events)
                         - min(e.profile.start for _, e in events)) * 1e-6 if events else 0.0
                 order = sorted(events, key=lambda ne: ne[1].profile.start)
-                gaps = sorted(((b.profile.start - a.profile.end) * 1e-3, na, nb)
-                              for (na, a), (nb, b) in zip(order, order[1:]))[::-1]
+                gaps = sorted((((b.profile.start - a.profile.end) * 1e-3, na, nb)
+                               for (na, a), (nb, b) in zip(order, order[1:])), reverse=True)
                 runs.append((wall * 1e3, span, dict(per), gaps))
             runs.sort(key=lambda r: r[0])
             wall, span, per, gaps = runs[len(runs) // 2]
