@@ -322,7 +322,7 @@ def _tied(candidate: dict, name: str, best: dict) -> dict:
       (``plan._whole_sequence_fits``: R up to the first while groups x R stays within the
       second), so raising one alone changes nothing while the other blocks: raising the size
       limit raises the stream limit to 8x it at least, and raising the stream limit raises the
-      size limit to 1/8 of it at least (8x: the PoCL profile's measured pair, 4 and 32 MiB).
+      size limit to 1/8 of it at least (8x: the pair measured with PoCL on a Zen 4, 4 and 32 MiB).
     """
     if name == "GEMM_VW":
         candidate["GEMM_TN"] = candidate["GEMM_VW"] * max(1, best["GEMM_TN"] // best["GEMM_VW"])

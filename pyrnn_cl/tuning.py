@@ -290,9 +290,16 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
             # L2 of current server cores; OpenCL reports only the last level), and larger R up
             # to 1/8 of the last-level cache while every core has a group and what the groups
-            # stream per step fits that cache
+            # stream per step fits that cache; but never beyond one worker's own cache where
+            # the host says how large it is (core_cache_size): each work-group of a
+            # whole-sequence launch reads all of R every step, while per-step launches split R
+            # over the cores. On a Xeon with 2 MiB L2 per core, LSTM 512/16 forward ran
+            # 26.9 ms whole-sequence (R 4 MiB) and 14.5 ms per step; on a Zen 4 (1 MiB L2)
+            # whole-sequence was 7-20 % faster there (docs/benchmarks.md): the cap costs the
+            # one far less than its absence costs the other
             "REC_SEQ_BYTES": 1 << 18,
-            "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
+            "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8, info.core_cache_size or 1 << 22)
+            if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
             "REC_BWD_ROWS": CPU_REC_BWD_ROWS,
             # 16-bit packs where R streams from beyond the cache each step (more than a

@@ -28,6 +28,7 @@ from helpers.fake_devices import (
 )
 from pyrnn_cl import tuning
 from pyrnn_cl.devices import DeviceInfo, profile_for
+from pyrnn_cl.devices import info as info_module
 from pyrnn_cl.errors import TuningWarning
 
 # {{{ derived defaults
@@ -139,6 +140,44 @@ def test_derived_defaults_differ_where_the_devices_do():
     unknown = tuning.derive(dataclasses.replace(AVX2_CPU, global_mem_cache_size=0),
                             profile_for(AVX2_CPU))["recurrence"]
     assert unknown["REC_PACK16_BYTES"] == tuning.NEVER
+
+
+def test_whole_sequence_kernels_stay_within_one_workers_cache():
+    """Each work-group of a whole-sequence launch reads all of R every step, while per-step
+    launches split R over the cores: larger R runs whole-sequence only within the host's
+    level-2 cache per worker (a Xeon with 2 MiB per core and a 300 MiB last level: LSTM 512/16
+    forward, R 4 MiB, 26.9 ms whole-sequence against 14.5 ms per step), also through PoCL's
+    table, which holds no size of its own."""
+    xeon = dataclasses.replace(AVX512_CPU, global_mem_cache_size=300 << 20,
+                               core_cache_size=2 << 20)
+    for info in (xeon, dataclasses.replace(xeon, core_cache_size=1 << 20)):
+        values, _ = tuning.resolve(info, profile_for(info), "recurrence")
+        assert values["REC_SEQ_MAX_BYTES"] == info.core_cache_size
+        assert values["REC_SEQ_BYTES"] == 1 << 18        # small layers: always one launch
+    # unknown (no sysfs): the last-level rule alone; a large private cache: the 4 MiB cap
+    for core, expected in ((0, 4 << 20), (8 << 20, 4 << 20)):
+        info = dataclasses.replace(xeon, core_cache_size=core)
+        assert tuning.resolve(info, profile_for(info), "recurrence")[0][
+            "REC_SEQ_MAX_BYTES"] == expected
+
+
+def test_host_core_cache_size_reads_sysfs(tmp_path):
+    """Level 2 of cpu0, divided by the logical CPUs sharing it; 0 where sysfs does not say."""
+    def cache(index, level, kind, size, shared):
+        d = tmp_path / "cache" / f"index{index}"
+        d.mkdir(parents=True)
+        for name, text in (("level", level), ("type", kind), ("size", size),
+                           ("shared_cpu_list", shared)):
+            (d / name).write_text(text + "\n")
+
+    cache(0, "1", "Data", "48K", "0")
+    cache(1, "1", "Instruction", "32K", "0")
+    cache(2, "2", "Unified", "2048K", "0,64")       # two hyper-threads share it
+    cache(3, "3", "Unified", "307200K", "0-127")
+    assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 1 << 20
+    assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "nowhere")) == 0
+    (tmp_path / "cache" / "index2" / "size").write_text("lots\n")
+    assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 0
 
 
 def test_gpu_tiled_gemm_tiles():

@@ -40,15 +40,15 @@ class PoclProfile(VendorProfile):
     PREFERRED_BUILD_MARKERS = ("+debian", "+ubuntu", "+deb", "+fedora")
 
     # Starting points no device query expresses, measured with PoCL 3.1 (docs/benchmarks.md);
-    # the vector widths and tiles come from the device's native width (pyrnn_cl.tuning.derive).
-    # Whole-sequence kernels: one launch for the whole sequence when one direction's R fits
-    # 256 KiB (tiny LSTM 128/8/100: 28 -> 18 us per step), and up to 4 MiB when every core gets
-    # a work-group and the groups stream at most 32 MiB of R per step (forward: LSTM 256/16/150
-    # -18 %, GRU 512/16 -17 %; LSTM 512/64 (64 MiB) was 9 % slower, N = 1 11 % slower).
+    # the vector widths and tiles come from the device's native width, and which R sizes run
+    # whole-sequence kernels from its caches (pyrnn_cl.tuning.derive: up to 256 KiB always,
+    # tiny LSTM 128/8/100 28 -> 18 us per step; larger R within one worker's cache while every
+    # core gets a work-group). What the groups may stream per step together: 32 MiB (on a
+    # Zen 4: LSTM 256/16/150 forward -18 %, GRU 512/16 -17 %, but LSTM 512/64, 64 MiB, 9 %
+    # slower), less than the 1/1 of the last level that derive allows.
     TUNING = {
         "default": {
-            "recurrence": {"REC_SEQ_BYTES": 1 << 18, "REC_SEQ_MAX_BYTES": 1 << 22,
-                           "REC_SEQ_STREAM_BYTES": 1 << 25},
+            "recurrence": {"REC_SEQ_STREAM_BYTES": 1 << 25},
         },
     }
 
