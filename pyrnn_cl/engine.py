@@ -557,7 +557,8 @@ class Recurrence:
         Instead of ``gx`` (None), the source ``x`` ``[T][N][I]``, the input weight ``w``
         ``[D][G*H][I]`` and the input bias ``xb`` ``[D][G*H]`` (or None) may be given: a layer
         with whole-sequence kernels then computes ``x[t] W^T + b`` inside them (no GEMM launch
-        and no gx round trip; tiny LSTM forward 25-30 % faster), any other one runs
+        and no gx round trip; tiny LSTM forward 25-30 % faster) where
+        :meth:`LayerPlan.projects_in_kernel` says so, any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
 
         ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
@@ -569,7 +570,7 @@ class Recurrence:
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
-            if self.fused and T and N and I and I % self.vw == 0:
+            if T and N and self.plan.projects_in_kernel(I):
                 prog_x = self._program(HAS_XW=1)
                 if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
                     in_kernel = (prog_x, I)

@@ -101,6 +101,9 @@ class LayerPlan:
     #: the weights' 16-bit storage code (3 float16, 4 bfloat16) when the packs keep it
     #: (``REC_PACK16_BYTES``: the steps stream 16-bit weights and convert as they read), else 0
     pack16: int = 0
+    #: ``REC_SEQ_BYTES`` of a whole-sequence layer (else 0): the packs up to which the kernel
+    #: also computes ``x[t] W^T + b`` (:meth:`projects_in_kernel`)
+    small_bytes: int = 0
 
     @classmethod
     def for_device(cls, cell: CellSpec, dtype, tuning: Mapping, compute_units: int, *, T: int,
@@ -129,7 +132,8 @@ class LayerPlan:
         ks = 1 if fused else max(1, int(tuning.get("REC_KS", 1)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
-                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16)
+                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16,
+                   small_bytes=int(tuning.get("REC_SEQ_BYTES", 0)) if fused else 0)
 
     # -- shapes -----------------------------------------------------------------------------
 
@@ -158,6 +162,17 @@ class LayerPlan:
         rather than ``y`` shifted by a step: with a mask, lengths, a two-phase cell or no
         ``y``."""
         return masked or lengths or self.cell.two_phase or not y_given
+
+    def projects_in_kernel(self, I: int) -> bool:
+        """Whether the whole-sequence forward computes ``x[t] W^T + b`` itself for an input
+        width ``I`` (no GEMM launch, no gx round trip): for small layers only, whose ``R`` and
+        ``W`` packs each fit ``REC_SEQ_BYTES`` (launch-bound: tiny LSTM 128/64/8/100 forward
+        25-30 % faster). A larger layer running whole-sequence kernels does better with the
+        GEMM first: every work-group would read ``W`` beside ``R`` each step, at the step
+        kernel's speed rather than the GEMM's (LSTM 256/256/16/150 forward 15 % and
+        256/128/32/50 28 % faster with the GEMM, 2-vCPU Xeon, PoCL)."""
+        return (self.fused and I > 0 and I % self.vw == 0
+                and self.G * self.H * max(self.K, I) * self.pack_itemsize() <= self.small_bytes)
 
     # -- buffers (bytes, by name) -----------------------------------------------------------
 
