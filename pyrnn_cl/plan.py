@@ -121,9 +121,14 @@ class LayerPlan:
         pack16 = code if sixteen and r32 > int(tuning.get("REC_PACK16_BYTES", NEVER)) else 0
         pack_itemsize = 2 if pack16 else dtype.itemsize
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
-        vw = _vector_width(limit, H, *((P,) if P else ()))
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
+        # units per work-item: the widest that divides H (and P) and keeps the tile's
+        # accumulators (units x gates x rows) within REC_TILE_MAX (0: no limit)
+        tile_max = int(tuning.get("REC_TILE_MAX", 0))
+        while tile_max and limit > 1 and limit * cell.G * nb > tile_max:
+            limit //= 2
+        vw = _vector_width(limit, H, *((P,) if P else ()))
         fused = (not P and not cell.two_phase
                  and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * pack_itemsize,
                                           D * ((N + nb - 1) // nb)))

@@ -130,6 +130,9 @@ SPACE: dict[str, tuple[Param, ...]] = {
         Param("REC_VW", VECTOR_WIDTHS, 1, 16, "float32 units per work-item (a vector)"),
         Param("REC_VW_F64", VECTOR_WIDTHS, 1, 16, "the same for float64"),
         Param("REC_NB", (1, 2, 4, 8), 1, 16, "batch rows per tile"),
+        Param("REC_TILE_MAX", (0, 8, 16, 24, 32, 64), 0, 1024,
+              "most accumulators (units x gates x batch rows) in one work-item's tile: the "
+              "vector width halves until a cell's tile fits (0: no limit)", compiled=False),
         Param("REC_KS", (1, 4, 8, 16, 32, 64), 1, 256,
               "work-items sharing a tile's products (a power of two; a work-group each)"),
         Param("REC_WG", (0, 1, 2, 4, 8, 16, 32, 64), 0, 4096,
@@ -284,7 +287,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
         cache = int(info.global_mem_cache_size or 0)
         recurrence = {
-            "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4, "REC_KS": 1,
+            # (a work-item's tile is G x NB vectors, whatever their width: no tile limit)
+            "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4, "REC_KS": 1, "REC_TILE_MAX": 0,
             # one work-item per group: one local size, one specialisation per kernel
             "REC_WG": 1 if fixed else 0,
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
@@ -324,12 +328,17 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 **_gemm_local(info, 4)}
         gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local(info, 8))
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step
-        # has enough work-items to fill the device; one unit per tile (REC_VW = 1: a lane's G
-        # gate weights are contiguous and the lock-step lanes read consecutive ones) and four
-        # batch rows sharing each weight read. Measured on an H100 (NVIDIA's OpenCL, LSTM
-        # H = 512..2048, N = 1..64; docs/benchmarks.md): 2-3x faster steps than 4 units x 2 rows,
-        # and within 10 % of the best of 48 (VW, NB, KS) settings at every shape but N = 1
-        recurrence = {"REC_VW": 1, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0,
+        # has enough work-items to fill the device; four batch rows sharing each weight read,
+        # and one or two units per tile (a lane's G gate weights are contiguous and the
+        # lock-step lanes read consecutive ones). Measured on an H100 (NVIDIA's OpenCL, LSTM
+        # H = 512..2048, N = 1..64; docs/benchmarks.md): 1 unit x 4 rows made 2-3x faster LSTM
+        # steps than 4 units x 2 rows, within 10 % of the best of 48 (VW, NB, KS) settings at
+        # every shape but N = 1. Two units where the tile stays within 24 accumulators
+        # (REC_TILE_MAX: a GRU's 2 units x 3 gates x 4 rows, the vanilla cell's 2 x 1 x 4; an
+        # LSTM's 2 x 4 x 4 = 32 keeps one unit): REC_VW = 2 for every cell made GRU 2816/32
+        # forward 473 -> 396 ms, GRU 1024/64 139 -> 114 and ReLU RNN 2560/128 23.7 -> 16.7,
+        # and LSTM steps at H >= 1024 1.5-1.9x slower
+        recurrence = {"REC_VW": 2, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0, "REC_TILE_MAX": 24,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
                       "REC_BWD_ROWS": 8192,

@@ -205,3 +205,28 @@ def test_whole_sequence_layers_keep_one_work_item_per_tile():
     off = LayerPlan.for_device(cell, np.float32, dict(gpu, REC_SEQ_BYTES=0), 132, T=5, N=16,
                                H=256)
     assert (off.fused, off.ks) == (False, 32)
+
+
+def test_tile_limit_sets_units_per_work_item_by_cell():
+    """REC_TILE_MAX bounds a work-item's accumulators (units x gates x batch rows): with the
+    GPU defaults (REC_VW = 2, 24 accumulators) a GRU (2 x 3 x 4) and a vanilla cell keep two
+    units and an LSTM (2 x 4 x 4 = 32) drops to one, unless fewer rows leave it room; 0 sets no
+    limit (CPUs, whose tile counts vectors)."""
+    from pyrnn_cl.plan import LayerPlan
+    from pyrnn_cl.tuning import derive
+    from helpers.fake_devices import AVX512_CPU, NVIDIA_H100
+    from pyrnn_cl.devices import profile_for
+
+    gpu = derive(NVIDIA_H100, profile_for(NVIDIA_H100))["recurrence"]
+    assert (gpu["REC_VW"], gpu["REC_TILE_MAX"]) == (2, 24)
+
+    def vw(tuning, name, N=16, H=1024):
+        return LayerPlan.for_device(CELLS[name], np.float32, tuning, 132, T=5, N=N, H=H).vw
+
+    assert [vw(gpu, c) for c in ("lstm", "gru-after", "rnn")] == [1, 2, 2]
+    assert vw(gpu, "lstm", N=1) == 2                 # 2 x 4 x 1 rows
+    assert vw(gpu, "gru-before", H=513) == 1                # the width must still divide H
+    assert vw(dict(gpu, REC_TILE_MAX=0), "lstm") == 2
+    assert vw(dict(gpu, REC_TILE_MAX=4), "rnn") == 1
+    cpu = derive(AVX512_CPU, profile_for(AVX512_CPU))["recurrence"]
+    assert cpu["REC_TILE_MAX"] == 0 and vw(cpu, "lstm") == 16
