@@ -668,7 +668,7 @@ def test_empty_sizes(device, shape, device_arrays):
 #: whose products are split over 4 work-items of one unit each (the GPU layout, REC_KS)
 PACK16_TUNINGS = {
     "seq": {},
-    "steps-vw2": {"REC_VW": 2, "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0},
+    "steps-vw2": {"REC_VW": 2, "REC_TILE_MAX": 0, "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0},
     "split-ks4": {"REC_VW": 1, "REC_KS": 4, "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0},
 }
 

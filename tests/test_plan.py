@@ -210,8 +210,8 @@ def test_whole_sequence_layers_keep_one_work_item_per_tile():
 def test_tile_limit_sets_units_per_work_item_by_cell():
     """REC_TILE_MAX bounds a work-item's accumulators (units x gates x batch rows): with the
     GPU defaults (REC_VW = 2, 24 accumulators) a GRU (2 x 3 x 4) and a vanilla cell keep two
-    units and an LSTM (2 x 4 x 4 = 32) drops to one, unless fewer rows leave it room; 0 sets no
-    limit (CPUs, whose tile counts vectors)."""
+    units and an LSTM (2 x 4 x 4 = 32) drops to one, and so does every cell with fewer rows
+    than REC_NB; 0 sets no limit (CPUs, whose tile counts vectors)."""
     from pyrnn_cl.plan import LayerPlan
     from pyrnn_cl.tuning import derive
     from helpers.fake_devices import AVX512_CPU, NVIDIA_H100
@@ -224,7 +224,9 @@ def test_tile_limit_sets_units_per_work_item_by_cell():
         return LayerPlan.for_device(CELLS[name], np.float32, tuning, 132, T=5, N=N, H=H).vw
 
     assert [vw(gpu, c) for c in ("lstm", "gru-after", "rnn")] == [1, 2, 2]
-    assert vw(gpu, "lstm", N=1) == 2                 # 2 x 4 x 1 rows
+    # fewer rows than REC_NB: one unit, whatever the room (a step that streams R)
+    assert vw(gpu, "gru-after", N=1) == vw(gpu, "rnn", N=2) == vw(gpu, "lstm", N=1) == 1
+    assert vw(gpu, "rnn", N=4) == 2
     assert vw(gpu, "gru-before", H=513) == 1                # the width must still divide H
     assert vw(dict(gpu, REC_TILE_MAX=0), "lstm") == 2
     assert vw(dict(gpu, REC_TILE_MAX=4), "rnn") == 1
