@@ -212,10 +212,10 @@ def test_tile_limit_sets_units_per_work_item_by_cell():
     GPU defaults (REC_VW = 2, 24 accumulators) a GRU (2 x 3 x 4) and a vanilla cell keep two
     units and an LSTM (2 x 4 x 4 = 32) drops to one, and so does every cell with fewer rows
     than REC_NB; 0 sets no limit (CPUs, whose tile counts vectors)."""
-    from pyrnn_cl.plan import LayerPlan
-    from pyrnn_cl.tuning import derive
     from helpers.fake_devices import AVX512_CPU, NVIDIA_H100
     from pyrnn_cl.devices import profile_for
+    from pyrnn_cl.plan import LayerPlan
+    from pyrnn_cl.tuning import derive
 
     gpu = derive(NVIDIA_H100, profile_for(NVIDIA_H100))["recurrence"]
     assert (gpu["REC_VW"], gpu["REC_TILE_MAX"]) == (2, 24)
