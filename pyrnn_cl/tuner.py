@@ -296,6 +296,10 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
         # lanes (GPUs); a CPU work-item already streams its slab with whole vectors
         values = ({1} if _cpu_like(device) else
                   {v for v in values if v <= tuning.clamp_work_group(info, v)}) | {current[name]}
+    if name == "REC_TILE_MAX" and _cpu_like(device):
+        # a CPU work-item's tile is G x NB vectors whatever their width: a limit would only
+        # narrow the vectors
+        values = {current[name]}
     if name == "REC_WG" and device.profile.specialises_per_local_size:
         values &= {0, 1, current[name]}
     if name == "GEMM_LOCAL" and _cpu_like(device):
