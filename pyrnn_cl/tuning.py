@@ -294,8 +294,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
             # L2 of current server cores; OpenCL reports only the last level), and larger R up
             # to 1/8 of the last-level cache while every core has a group and what the groups
-            # stream per step fits that cache; but never beyond one worker's own cache where
-            # the host says how large it is (core_cache_size): each work-group of a
+            # stream per step fits that cache; but never beyond the level-2 cache a worker reads
+            # through, where the host says how large it is (core_cache_size): each work-group of a
             # whole-sequence launch reads all of R every step, while per-step launches split R
             # over the cores. On a Xeon with 2 MiB L2 per core, LSTM 512/16 forward ran
             # 26.9 ms whole-sequence (R 4 MiB) and 14.5 ms per step; on a Zen 4 (1 MiB L2)

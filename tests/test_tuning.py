@@ -142,10 +142,10 @@ def test_derived_defaults_differ_where_the_devices_do():
     assert unknown["REC_PACK16_BYTES"] == tuning.NEVER
 
 
-def test_whole_sequence_kernels_stay_within_one_workers_cache():
+def test_whole_sequence_kernels_stay_within_the_level_2_cache():
     """Each work-group of a whole-sequence launch reads all of R every step, while per-step
     launches split R over the cores: larger R runs whole-sequence only within the host's
-    level-2 cache per worker (a Xeon with 2 MiB per core and a 300 MiB last level: LSTM 512/16
+    level-2 cache (a Xeon with 2 MiB per core and a 300 MiB last level: LSTM 512/16
     forward, R 4 MiB, 26.9 ms whole-sequence against 14.5 ms per step), also through PoCL's
     table, which holds no size of its own."""
     xeon = dataclasses.replace(AVX512_CPU, global_mem_cache_size=300 << 20,
@@ -162,7 +162,8 @@ def test_whole_sequence_kernels_stay_within_one_workers_cache():
 
 
 def test_host_core_cache_size_reads_sysfs(tmp_path):
-    """Level 2 of cpu0, divided by the logical CPUs sharing it; 0 where sysfs does not say."""
+    """Level 2 of cpu0, whole (the weight it holds is the same data for every CPU sharing it);
+    0 where sysfs does not say."""
     def cache(index, level, kind, size, shared):
         d = tmp_path / "cache" / f"index{index}"
         d.mkdir(parents=True)
@@ -174,7 +175,7 @@ def test_host_core_cache_size_reads_sysfs(tmp_path):
     cache(1, "1", "Instruction", "32K", "0")
     cache(2, "2", "Unified", "2048K", "0,64")       # two hyper-threads share it
     cache(3, "3", "Unified", "307200K", "0-127")
-    assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 1 << 20
+    assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 2 << 20
     assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "nowhere")) == 0
     (tmp_path / "cache" / "index2" / "size").write_text("lots\n")
     assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 0

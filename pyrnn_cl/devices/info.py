@@ -65,10 +65,12 @@ class DeviceInfo:
     local_mem_type: str = ""          # "local" (dedicated), "global" (emulated) or "none"
     global_mem_cache_size: int = 0
     global_mem_cacheline_size: int = 0
-    #: bytes of cache private to one worker thread of a CPU device: the host's level-2 cache
-    #: divided by the logical CPUs that share it (Linux sysfs; a CPU device's compute units are
-    #: the host's CPUs). OpenCL has no query for it: PoCL reports the last level as the global
-    #: cache, Intel's runtime the level 2. 0 when unknown (not a CPU device, no sysfs).
+    #: bytes of the level-2 cache one worker thread of a CPU device reads through: the host's
+    #: (Linux sysfs; a CPU device's compute units are the host's CPUs). Not divided among the
+    #: hyper-threads or cores that share it: what the kernels keep there (a recurrent weight)
+    #: is the same data for all of them. OpenCL has no query for it: PoCL reports the last
+    #: level as the global cache, Intel's runtime the level 2. 0 when unknown (not a CPU
+    #: device, no sysfs).
     core_cache_size: int = 0
     #: lock-step width the device reports (NVIDIA warp, AMD wavefront, Intel sub-group sizes)
     simd_widths: tuple[int, ...] = ()
@@ -192,8 +194,7 @@ def _simd_widths(cl_device, query) -> tuple[int, ...]:
 
 @functools.cache
 def host_core_cache_size(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Bytes of level-2 cache per logical CPU of the host (the cache of ``cpu0`` at level 2,
-    data or unified, divided by the CPUs in its ``shared_cpu_list``); 0 where sysfs does not
+    """Bytes of the host's level-2 cache (``cpu0``'s, data or unified); 0 where sysfs does not
     say (not Linux, a container without it, an unexpected format)."""
     try:
         for index in sorted(pathlib.Path(root).glob("index*")):
@@ -201,9 +202,7 @@ def host_core_cache_size(root: str = "/sys/devices/system/cpu/cpu0/cache") -> in
                 continue
             if (index / "type").read_text().strip() not in ("Unified", "Data"):
                 continue
-            size = _parse_size((index / "size").read_text())
-            sharing = _count_cpus((index / "shared_cpu_list").read_text())
-            return size // max(1, sharing)
+            return _parse_size((index / "size").read_text())
     except (OSError, ValueError):
         pass
     return 0
@@ -214,16 +213,6 @@ def _parse_size(text: str) -> int:
     text = text.strip().upper()
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
     return int(text[:-1] if scale > 1 else text) * scale
-
-
-def _count_cpus(text: str) -> int:
-    """Logical CPUs in a sysfs CPU list (``"0-3,8"`` -> 5)."""
-    count = 0
-    for part in text.strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            count += int(hi or lo) - int(lo) + 1
-    return count
 
 
 def _device_type(bits: int, cl) -> str:
