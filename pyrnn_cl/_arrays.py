@@ -600,8 +600,9 @@ class Call:
         """A new device array of the compute dtype for a result. In a call that converts, every
         such result is narrowed into an array of its own (:meth:`outs`) and then dropped, so it
         comes from the pool (:func:`temporary`) instead of a fresh buffer per result and call,
-        freed with its narrowing still queued (measured on CPU devices: page faults; suspected
-        behind the 0.2-0.7 ms idle gaps around the 16-bit conversions on NVIDIA's OpenCL)."""
+        freed with its narrowing still queued (measured on CPU devices: page faults; on NVIDIA's
+        OpenCL the idle gaps around the 16-bit conversions stayed: they are host launch work,
+        docs/benchmarks.md)."""
         self._check_alloc(shape)
         if self.converts:
             return temporary(self.device, shape, self.dtype)
