@@ -50,7 +50,7 @@ from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
 from .plan import PACKS, LayerPlan, _vector_width
-from .programs import Program, enqueue, get_program
+from .programs import Program, enqueue, get_program, launcher
 from .sources import compute_dtype, dtype_code
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
@@ -489,12 +489,12 @@ class Recurrence:
         """Enqueue ``kernels`` (list of :meth:`_step_kernel`'s triples) for every step in
         ``steps``; only the step index argument changes between launches."""
         q = self.device.queue
-        plan = [(knl, _int_arg_setter(knl, index), grid, local)
+        plan = [(_int_arg_setter(knl, index), launcher(q, knl, grid, local))
                 for knl, index, (grid, local) in kernels]
         for s in steps:
-            for knl, set_step, grid, local in plan:
+            for set_step, launch in plan:
                 set_step(s)
-                enqueue(q, knl, grid, local)
+                launch()
 
     def _pack_kernel(self, name: str, weight: cla.Array | Target, per_dir: int):
         """Kernel ``name`` of ``cl/pack.cl`` for ``weight`` (an array ``[D][...]`` or a

@@ -309,6 +309,31 @@ def test_launches_are_counted_and_linear_in_T(device, cell):
     assert 1 <= launched <= steps * T + 12, f"{launched} launches for T={T}"
 
 
+def test_step_launcher_checks_once_and_counts_every_launch(device):
+    """``programs.launcher`` (the step loop's launches): the sizes are checked when it is made
+    (the same ValueErrors as ``enqueue``), every call launches and is counted, and an empty
+    global size launches nothing."""
+    from pyrnn_cl import programs
+
+    knl = engine.util_program(device, np.float32).kernel("pyrnn_mul")
+    with pytest.raises(ValueError, match="not a multiple of local size"):
+        programs.launcher(device.queue, knl, (6,), (4,))
+    with pytest.raises(ValueError, match="differ in rank"):
+        programs.launcher(device.queue, knl, (4, 1), (4,))
+    a = cla.to_device(device.queue, np.arange(8, dtype=np.float32))
+    b = cla.to_device(device.queue, np.full(8, 3, np.float32))
+    y = cla.zeros(device.queue, 8, np.float32)
+    knl.set_args(y.base_data, a.base_data, b.base_data)
+    before = launch_count()
+    programs.launcher(device.queue, knl, (0,))()
+    assert launch_count() == before
+    launch = programs.launcher(device.queue, knl, (8,), (4,))
+    launch()
+    launch()
+    assert launch_count() == before + 2
+    assert np.array_equal(y.get(), np.arange(8) * 3.0)
+
+
 # =================================================================================================
 # Host-side helpers of the engine (per-call costs)
 
