@@ -4,16 +4,15 @@ launches are recorded."""
 
 from __future__ import annotations
 
-import sys
-
 import pyopencl as cl
 
 
 def profiling_device(spec):
     """``(device, events)``: the device ``spec`` names (``get_device``) on a new command queue
     with ``PROFILING_ENABLE``, and the list to which every kernel launch of pyrnn_cl appends
-    ``(kernel name, cl.Event)`` from now on (``programs.enqueue`` wrapped wherever pyrnn_cl's
-    modules imported it). The caller clears the list between the calls it times."""
+    ``(kernel name, cl.Event)`` from now on (``programs._launch`` wrapped: the one call to the
+    driver behind both ``programs.enqueue`` and the step loops' ``programs.launcher``). The
+    caller clears the list between the calls it times."""
     from pyrnn_cl import programs
     from pyrnn_cl.devices import Device, get_device
 
@@ -21,16 +20,13 @@ def profiling_device(spec):
     queue = cl.CommandQueue(base.context, base.cl_device,
                             properties=cl.command_queue_properties.PROFILING_ENABLE)
     events: list = []
-    real = programs.enqueue
+    real = programs._launch
 
-    def recording(q, kernel, global_size, local_size=None, **kw):
-        ev = real(q, kernel, global_size, local_size, **kw)
+    def recording(q, kernel, global_size, local_size, wait_for=None):
+        ev = real(q, kernel, global_size, local_size, wait_for)
         if isinstance(kernel, cl.Kernel):
             events.append((kernel.function_name, ev))
         return ev
 
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("pyrnn_cl") and \
-                getattr(mod, "enqueue", None) is real:
-            mod.enqueue = recording
+    programs._launch = recording
     return Device.from_queue(queue), events
