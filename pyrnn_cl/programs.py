@@ -55,6 +55,7 @@ __all__ = [
     "CacheWarning",
     "get_program",
     "enqueue",
+    "launcher",
     "launch_count",
     "cache_key",
     "cache_stats",
