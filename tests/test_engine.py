@@ -309,6 +309,38 @@ def test_launches_are_counted_and_linear_in_T(device, cell):
     assert 1 <= launched <= steps * T + 12, f"{launched} launches for T={T}"
 
 
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_whole_sequence_forward_with_and_without_the_input_product_inside(device, monkeypatch,
+                                                                          in_kernel):
+    """A whole-sequence layer computes ``x W^T + b`` inside its kernel only while its packs fit
+    ``REC_SEQ_BYTES`` (``LayerPlan.projects_in_kernel``); a larger one runs the input GEMM first
+    and the same whole-sequence kernel on its gates. Both give the reference's answer, forward
+    and gradients, for every cell that runs whole-sequence kernels."""
+    needs_fp64(device)
+    seq_bytes = (1 << 20) if in_kernel else 256          # 4 x 16 x 16 x 8 bytes > 256
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=seq_bytes, REC_SEQ_MAX_BYTES=1 << 30,
+                    REC_SEQ_STREAM_BYTES=1 << 40)
+    # (a work-group per compute unit, which larger whole-sequence layers need: N rows over
+    # REC_NB rows per tile)
+    H, I = 16, 8
+    N = int(device.tuning("recurrence")["REC_NB"]) * device.info.compute_units + 1
+    ran = []
+    for cell in ("lstm", "gru-after", "rnn"):
+        kind, flags = CELLS[cell]
+        rec = engine.Recurrence(device, np.float64, CellSpec(kind, *(
+            ((0, 1, 2, 3), (3, 3, 2, 3)) if kind == "lstm" else
+            ((1, 0, 2), (3, 3, 2)) if kind == "gru" else ((0,), (2,)))), T=5, N=N, H=H)
+        if not rec.plan.fused:
+            continue                # (a cell whose step is two kernels: per step either way)
+        assert rec.plan.projects_in_kernel(I) == in_kernel
+        desc = desc_of(kind, **flags)
+        inputs = S.layer_inputs(kind, S.Shape("xw", T=5, N=N, I=I, H=H), seed=71,
+                                dtype=np.float64)
+        check_against_reference(device, kind, desc, inputs, np.float64)
+        ran.append(cell)
+    assert "lstm" in ran and "rnn" in ran, ran
+
+
 def test_step_launcher_checks_once_and_counts_every_launch(device):
     """``programs.launcher`` (the step loop's launches): the sizes are checked when it is made
     (the same ValueErrors as ``enqueue``), every call launches and is counted, and an empty
