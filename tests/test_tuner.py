@@ -260,7 +260,7 @@ def test_choices_respect_the_device(device):
     # a tile limit only narrows a CPU's vectors: not searched there
     rec = device.tuning("recurrence")
     tile = tuner.choices(device, "recurrence", "REC_TILE_MAX", rec)
-    assert tile == [rec["REC_TILE_MAX"]] if cpu_like else len(tile) > 1
+    assert (tile == [rec["REC_TILE_MAX"]]) if cpu_like else (len(tile) > 1)
 
 
 def test_16bit_parameters_are_tuned_on_float16_layers(device, db, monkeypatch):

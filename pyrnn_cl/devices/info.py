@@ -129,6 +129,7 @@ class DeviceInfo:
             return default if value is None else value
 
         platform = cl_device.platform
+        type_bits = query(lambda: int(cl_device.type), 0)
         return cls(
             platform_name=query(lambda: platform.name, "").strip(),
             platform_vendor=query(lambda: platform.vendor, "").strip(),
@@ -137,7 +138,7 @@ class DeviceInfo:
             vendor=query(lambda: cl_device.vendor, "").strip(),
             version=query(lambda: cl_device.version, "").strip(),
             driver_version=query(lambda: cl_device.driver_version, "").strip(),
-            type=_device_type(query(lambda: int(cl_device.type), 0), cl),
+            type=_device_type(type_bits, cl),
             compute_units=query(lambda: int(cl_device.max_compute_units), 1),
             global_mem_size=query(lambda: int(cl_device.global_mem_size), 0),
             local_mem_size=query(lambda: int(cl_device.local_mem_size), 0),
@@ -156,8 +157,7 @@ class DeviceInfo:
                                                 ""),
             global_mem_cache_size=query(lambda: int(cl_device.global_mem_cache_size), 0),
             global_mem_cacheline_size=query(lambda: int(cl_device.global_mem_cacheline_size), 0),
-            core_cache_size=(host_core_cache_size()
-                             if query(lambda: int(cl_device.type), 0) & cl.device_type.CPU else 0),
+            core_cache_size=host_core_cache_size() if type_bits & cl.device_type.CPU else 0,
             simd_widths=_simd_widths(cl_device, query),
             # a vendor query: not a member of pyopencl's device_info enum
             registers_per_group=query(
