@@ -36,6 +36,7 @@ absent inputs read one shared zero buffer (``_arrays.read_only_zeros``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections import OrderedDict
@@ -231,6 +232,11 @@ _SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "p
                        "pyrnn_bwd_proj")
 
 
+#: the results a whole-sequence forward can narrow into 16 bits itself, by their bit in the
+#: kernel's ``out16`` argument (``cl/recurrence.cl``, ``narrow_results``)
+_NARROW_BITS = {"y": 1, "cs": 2, "sav": 4}
+
+
 def _sig(kernel: str) -> KernelSignature:
     """The signature of ``kernel`` of ``cl/recurrence.cl`` (arguments by name)."""
     return kernel_signature("recurrence.cl", kernel)
@@ -415,6 +421,8 @@ class Recurrence:
                 defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
                 defines["REC_KS"] = self.ks
+            if self.fused and self.weights != self.dtype:   # a 16-bit call's layer
+                defines["OUT16"] = dtype_code(self.weights)
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
@@ -547,7 +555,7 @@ class Recurrence:
     # -- forward ----------------------------------------------------------------------------
 
     def forward(self, gx, layer: LayerInputs, *, x=None, w=None, xb=None,
-                into: Saved | None = None) -> Saved:
+                into: Saved | None = None, narrow: tuple[str, ...] = ()) -> Saved:
         """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
 
         ``layer``: the weights, initial states, mask and lengths (:class:`LayerInputs`). Returns
@@ -563,6 +571,13 @@ class Recurrence:
 
         ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
         those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
+
+        ``narrow``: in a 16-bit call (the layer's weights of a 16-bit storage dtype), the
+        results among ``"y"``, ``"cs"`` and ``"sav"`` that the caller needs only in that dtype.
+        Where the whole-sequence kernel runs, it writes them narrowed itself after its last
+        step (``OUT16`` in ``cl/recurrence.cl``: no conversion launch) and the returned
+        :class:`Saved` holds those 16-bit arrays; otherwise they come back in float32, for the
+        caller to narrow (``_arrays.Call.outs`` narrows only what is not narrowed yet).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt = self.dtype
@@ -617,8 +632,11 @@ class Recurrence:
                     hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
                     **xargs)
-        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T))):
-            return out      # (always, with in_kernel)
+        narrowed = (self._narrowed(out, narrow)
+                    if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
+        if self._fused_launch(prog, "pyrnn_fwd_seq",
+                              dict(args, steps=_I32(T), **self._narrow_args(narrowed))):
+            return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
             assert hs is not None       # a two-phase cell's step buffer (or the projection's)
@@ -636,6 +654,21 @@ class Recurrence:
                      lens=lens_arg)))
         self._run_steps(kernels, range(T))
         return out
+
+    def _narrowed(self, out: Saved, names) -> dict[str, cla.Array]:
+        """New arrays of the weights' 16-bit dtype for the results ``names`` of ``out`` that
+        exist (:meth:`forward`'s ``narrow``); none outside a 16-bit call."""
+        if self.weights == self.dtype:
+            return {}
+        return {name: empty(self.device.queue, getattr(out, name).shape, self.weights)
+                for name in names if getattr(out, name) is not None}
+
+    def _narrow_args(self, narrowed: dict[str, cla.Array]) -> dict[str, object]:
+        """``pyrnn_fwd_seq``'s 16-bit result arguments: the bit mask ``out16`` and the
+        buffers ``y16``, ``cs16``, ``sav16`` (the dummy where not narrowed)."""
+        args: dict[str, object] = {f"{name}16": narrowed[name].base_data if name in narrowed
+                                   else self._dummy.base_data for name in _NARROW_BITS}
+        return dict(args, out16=_I32(sum(_NARROW_BITS[name] for name in narrowed)))
 
     def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
         """``out[d][n] = seq[t_last][n][d]`` (``init`` where a row has length 0)."""

@@ -275,10 +275,13 @@ class _Layer:
         return engine.LayerInputs(self.R, self.h0, c0=self.c0, hb=self.hb, peep=self.peep,
                                   mask=self.mask)
 
-    def forward(self) -> engine.Saved:
+    def forward(self, narrow: tuple[str, ...] = ()) -> engine.Saved:
+        """The engine's forward; ``narrow``: results wanted only in a 16-bit call's dtype
+        (:meth:`engine.Recurrence.forward`)."""
         if self.W is not None:      # the engine computes x W^T + b (in its kernel when small)
-            return self.rec.forward(None, self.layer_inputs(), x=self.x, w=self.W, xb=self.b)
-        return self.rec.forward(self.input_gates(), self.layer_inputs())
+            return self.rec.forward(None, self.layer_inputs(), x=self.x, w=self.W, xb=self.b,
+                                    narrow=narrow)
+        return self.rec.forward(self.input_gates(), self.layer_inputs(), narrow=narrow)
 
     def backward(self, fwd, dy, dhn, dcn):
         """The layer's gradients for the forward results ``fwd`` and the upstream gradients
@@ -329,14 +332,16 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
                      peephole=peephole, secondary_bias=secondary_bias), device)
     layer = _Layer(kind, call, desc, source, recurrent_weight, input_weight, bias, init_state,
                    init_cell, mask, peephole, secondary_bias)
-    fwd = layer.forward()
-    T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
-    outs = [(fwd.y, (T, N, D * H))]
+    wanted = ["y"]
     if layer.cell.has_c and (desc.training or desc.produce_cell):
-        outs.append((fwd.cs, (T, N, D * H)))
+        wanted.append("cs")
     if desc.training:
-        outs.append((fwd.sav, (T, N, D * G * H)))
-    return call.outs(*outs)
+        wanted.append("sav")
+    # results are returned only: a 16-bit call's whole-sequence kernel narrows them itself
+    fwd = layer.forward(narrow=tuple(wanted))
+    T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
+    width = {"y": D * H, "cs": D * H, "sav": D * G * H}
+    return call.outs(*[(getattr(fwd, name), (T, N, width[name])) for name in wanted])
 
 
 def _gradients(kind, source, recurrent_weight, source_gradient, z_state, fwd_seq, input_weight,

@@ -202,6 +202,89 @@ def test_conversions_batched_across_slots(device, dtype):
         get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(dtype), "CONVERT_SLOTS": 4})
 
 
+def _narrowing_launches(monkeypatch):
+    """A list that records the arrays of every conversion launch narrowing results."""
+    narrowed = []
+    real = _arrays.narrow_many
+
+    def recording(device, arrays, storage):
+        narrowed.extend(a.shape for a in arrays)
+        return real(device, arrays, storage)
+
+    monkeypatch.setattr(_arrays, "narrow_many", recording)
+    return narrowed
+
+
+def _same_bits(got, want):
+    """``got`` equals ``want`` bit for bit (16-bit arrays), any NaN matching any NaN."""
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.oclgrind
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("vw, H", [(1, 7), (4, 12), (16, 32)])
+def test_whole_sequence_forward_narrows_its_own_results(device, monkeypatch, dtype, vw, H):
+    """A 16-bit forward on the whole-sequence kernel writes its 16-bit results itself
+    (``OUT16``, ``narrow_results`` in ``cl/recurrence.cl``), with no conversion launch after
+    it, rounded as NumPy (float16) and ml_dtypes (bfloat16) round float32, ties to even,
+    overflow to infinity and NaN kept. A linear vanilla cell with R = 0 and W = I makes every
+    result y[t] = x[t] + b, a float32 sum of 16-bit values that often lies between (or
+    halfway between) 16-bit values; NaN and overflow only at the last step (they would reach
+    later steps through h R^T). ``vw`` units per work-item (1: the scalar store), prime T and N."""
+    from helpers.device import override_tuning
+    override_tuning(device, monkeypatch, REC_VW=vw, REC_SEQ_BYTES=1 << 20)
+    narrowed = _narrowing_launches(monkeypatch)
+    rng = np.random.default_rng(vw + H)
+    T, N = 5, 3
+    largest = np.array(0x7bff if dtype == np.float16 else 0x7f7f, np.uint16).view(dtype)
+    scale = rng.choice([2.0 ** -20, 2.0 ** -9, 1.0, 2.0 ** 9, 2.0 ** 13], (T, N, H))
+    x = (rng.standard_normal((T, N, H)) * scale).astype(dtype)
+    x[T - 1, 0, :2] = largest                     # + b > 0: over the largest 16-bit value
+    x[T - 1, N - 1, 0] = np.nan
+    b = (rng.standard_normal(H) * rng.choice([2.0 ** -12, 1.0, 2.0 ** 8], H)).astype(dtype)
+    b[:2] = largest
+    R = np.zeros((H, H), dtype)
+    W = np.eye(H, dtype=dtype)
+    desc = rc.SingleGateRNNDescriptor(activation="none", training=True)
+    y, z = rc.single_gate_rnn(x, R, W, b, descriptor=desc, device=device)
+    assert narrowed == [], f"results narrowed by a conversion launch: {narrowed}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (x.astype(np.float32) + b.astype(np.float32)).astype(dtype)
+    want[T - 1, N - 1] = np.nan         # (x W^T: the NaN times W's zeros reaches every unit)
+    assert y.dtype == z.dtype == dtype
+    assert np.isinf(want[T - 1, 0, :2]).all() and np.isnan(want[T - 1, N - 1, 0])
+    _same_bits(y, want)
+    _same_bits(z, want)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind, desc", [
+    ("lstm", rc.LSTMDescriptor(training=True, bidirectional=True)),
+    ("lstm", rc.LSTMDescriptor(produce_cell=True, reverse=True)),
+    ("gru", rc.GRUDescriptor(training=True, reset_after=True)),
+    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"))])
+def test_whole_sequence_forward_results_are_the_float32_results_rounded(device, monkeypatch,
+                                                                         dtype, kind, desc):
+    """A 16-bit forward whose layer runs the whole-sequence kernel returns the float32 call's
+    results on the same (16-bit) inputs, rounded by NumPy / ml_dtypes: the kernel's own
+    narrowing changes no value, and no conversion launch narrows them after it."""
+    from helpers.device import override_tuning
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20)
+    narrowed = _narrowing_launches(monkeypatch)
+    op = {"lstm": rc.lstm, "gru": rc.gru, "rnn": rc.single_gate_rnn}[kind]
+    a = mps_case(kind, dtype, bidirectional=desc.bidirectional)
+    got = op(**a, descriptor=desc, device=device)
+    assert narrowed == [], f"results narrowed by a conversion launch: {narrowed}"
+    wide = op(**{k: v.astype(np.float32) for k, v in a.items()}, descriptor=desc,
+              device=device)
+    assert len(got) == len(wide)
+    for g, w in zip(got, wide):
+        assert g.dtype == dtype
+        _same_bits(g, w.astype(dtype))
+
+
 # =================================================================================================
 # MPSGraph dialect
 

@@ -529,18 +529,109 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
     fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
 }
 
+/* ---- 16-bit results of the whole-sequence forward --------------------------------------------
+ * A call whose arrays are float16 or bfloat16 (OUT16 = their storage code, 3 or 4; 0 otherwise)
+ * computes in float32 and hands back 16-bit results. The whole-sequence forward writes them
+ * itself after its last step (narrow_results), instead of a conversion launch after it: on a
+ * CPU device each launch costs tens of microseconds, a tenth of a small layer's forward. The
+ * float32 sequences stay the recurrence's state (h[t-1] is read from y), so the results are
+ * the same values the conversion kernels (cl/storage.cl) would give: rounded to nearest even,
+ * NaN kept. */
+#ifndef OUT16
+#define OUT16 0
+#endif
+#if OUT16 && PYRNN_DTYPE != 1
+#error "OUT16 narrows float32 results: compile it with PYRNN_DTYPE 1"
+#endif
+#if OUT16 != 0 && OUT16 != 3 && OUT16 != 4
+#error "OUT16 is 0, 3 (float16) or 4 (bfloat16)"
+#endif
+
+#if OUT16
+#if REC_VW == 1
+typedef uint uintV;
+#define AS_UINTV as_uint
+#else
+typedef PYRNN_CAT(uint, REC_VW) uintV;
+#define AS_UINTV PYRNN_CAT(as_uint, REC_VW)
+#endif
+/* v rounded to nearest even into REC_VW 16-bit values at p. bfloat16: add 0x7fff plus the lowest
+ * kept bit and truncate; a NaN keeps its sign and top payload bits with the quiet bit set (as
+ * common.h's float_to_bf16 does for the storage programs). */
+PYRNN_FUNC void store16v(const realV v, __global ushort *p)
+{
+#if OUT16 == 3 && REC_VW == 1
+    vstore_half_rte(v, 0, (__global half *)p);
+#elif OUT16 == 3
+    PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)(v, 0, (__global half *)p);
+#else
+    const uintV u = AS_UINTV(v);
+    const uintV rounded = (u + (uintV)(0x7fffu) + ((u >> 16) & (uintV)(1u))) >> 16;
+    const uintV nan = (u >> 16) | (uintV)(0x40u);
+#if REC_VW == 1
+    *p = (ushort)(isnan(v) ? nan : rounded);
+#else
+    PYRNN_CAT(vstore, REC_VW)(PYRNN_CAT(convert_ushort, REC_VW)(select(rounded, nan, isnan(v))),
+                              0, p);
+#endif
+#endif
+}
+
+/* This work-item's results of every step narrowed into y16, cs16 and sav16 (layouts of y, cs and
+ * gx), each where its bit of `out16` is set (1, 2, 4). The work-item reads only what it wrote
+ * itself (its units and rows, zeros where a row had ended), so no barrier is needed first. */
+PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int K,
+                               const int out16, __global const real *gx,
+                               __global const real *y, __global const real *cs,
+                               __global ushort *y16, __global ushort *cs16,
+                               __global ushort *sav16)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    for (int t = 0; t < wi_bound(T); ++t) {
+        for (int b = 0; b < REC_NB; ++b) {
+            const int n = row_group() * REC_NB + b;
+            if (n >= N) break;
+            if (out16 & 1) {
+                const long o = seq_off(t, n, d, N, D, K) + j;
+                store16v(LOADV(y + o), y16 + o);
+            }
+#if CELL_HAS_C
+            if (out16 & 2) {
+                const long o = seq_off(t, n, d, N, D, H) + j;
+                store16v(LOADV(cs + o), cs16 + o);
+            }
+#endif
+            if (out16 & 4) {
+                for (int k = 0; k < CELL_GA; ++k) {
+                    const long o = seq_off(t, n, d, N, D, GH) + gate_blk(k) * H + j;
+                    store16v(LOADV(gx + o), sav16 + o);
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
  * direction for its batch rows (local size (1, H/VW)), so the barrier after each step is the only
  * synchronisation h[t] needs; work-groups never wait for each other. For small layers, where a
- * launch per step would cost more than the step (no projection, single-phase cells). */
+ * launch per step would cost more than the step (no projection, single-phase cells). With OUT16,
+ * the results wanted in 16 bits (out16: 1 y, 2 cs, 4 the saved gates) are narrowed at the end
+ * into y16, cs16, sav16 (unused otherwise). */
 __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int steps, FWD_PARAMS)
+                            const int steps, FWD_PARAMS, const int out16,
+                            __global ushort *y16, __global ushort *cs16, __global ushort *sav16)
 {
     LANE_BUF;
     for (int s = 0; s < steps; ++s) {
         fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
+#if OUT16
+    narrow_results(T, N, H, K, out16, gx, y, cs, y16, cs16, sav16);
+#endif
 }
 
 #if CELL_GA < CELL_G
