@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl.array as cla
 
-from ._arrays import check_memory, empty, fill, read_only_zeros, temporary
+from ._arrays import check_memory, empty, fill, read_only_zeros, temporary, widen_many
 from .cells import CellSpec, cell_kind
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
@@ -232,8 +232,10 @@ _SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "p
                        "pyrnn_bwd_proj")
 
 
-#: the results a whole-sequence forward can narrow into 16 bits itself, by their bit in the
-#: kernel's ``out16`` argument (``cl/recurrence.cl``, ``narrow_results``)
+#: a 16-bit call's whole-sequence forward converts its inputs and results itself
+#: (``cl/recurrence.cl``, ``widen_inputs`` and ``narrow_results``): the inputs it widens and
+#: the results it narrows, by their bit in the kernel's ``in16`` and ``out16`` arguments
+_WIDEN_BITS = {"x": 1, "xb": 2, "h0": 4, "c0": 8}
 _NARROW_BITS = {"y": 1, "cs": 2, "sav": 4}
 
 
@@ -422,7 +424,7 @@ class Recurrence:
             if self.ks > 1:
                 defines["REC_KS"] = self.ks
             if self.fused and self.weights != self.dtype:   # a 16-bit call's layer
-                defines["OUT16"] = dtype_code(self.weights)
+                defines["IO16"] = dtype_code(self.weights)
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
@@ -572,16 +574,21 @@ class Recurrence:
         ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
         those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
 
-        ``narrow``: in a 16-bit call (the layer's weights of a 16-bit storage dtype), the
-        results among ``"y"``, ``"cs"`` and ``"sav"`` that the caller needs only in that dtype.
-        Where the whole-sequence kernel runs, it writes them narrowed itself after its last
-        step (``OUT16`` in ``cl/recurrence.cl``: no conversion launch) and the returned
-        :class:`Saved` holds those 16-bit arrays; otherwise they come back in float32, for the
-        caller to narrow (``_arrays.Call.outs`` narrows only what is not narrowed yet).
+        A 16-bit call (the layer's weights of a 16-bit storage dtype) converts in the
+        whole-sequence kernel where it runs with the input product inside (``IO16`` in
+        ``cl/recurrence.cl``: no conversion launch before or after it):
+
+        * ``x``, ``xb`` and the initial states ``layer.h0``, ``layer.c0`` may be given in the
+          16-bit dtype; that kernel widens them itself, any other path widens them first (one
+          launch for all);
+        * ``narrow``: the results among ``"y"``, ``"cs"`` and ``"sav"`` that the caller needs
+          only in the 16-bit dtype. That kernel writes them narrowed after its last step and
+          the returned :class:`Saved` holds those 16-bit arrays; otherwise they come back in
+          float32, for the caller to narrow (``_arrays.Call.outs`` narrows only what is not
+          narrowed yet).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt = self.dtype
-        R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
@@ -589,6 +596,12 @@ class Recurrence:
                 prog_x = self._program(HAS_XW=1)
                 if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
                     in_kernel = (prog_x, I)
+        inputs16 = self._inputs16(x, xb, layer)
+        if inputs16 and in_kernel is None:      # read as float32: widened first
+            x, xb, layer = self._widen_inputs(inputs16, x, xb, layer)
+            inputs16 = {}
+        R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
+        if x is not None:
             if in_kernel is None:
                 gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H, xb,
                                       out=self._new("sav", (T * N, D * G * H), pooled=False)
@@ -617,13 +630,17 @@ class Recurrence:
         rpk = self.pack(R, H, K, G, self.cell.gate_blocks)
         c0 = layer.c0 or StateView(self._dummy, 0, 0)
         # the input projection inside the kernel (HAS_XW), or absent
-        xargs = dict(xs=self._dummy.base_data, wpk=self._dummy.base_data,
-                     xb=self._dummy.base_data, I=_I32(0))
+        dummy = self._dummy.base_data
+        xargs = dict(xs=dummy, xs_sd=_I64(0), wpk=dummy, xb=dummy, xb_sg=_I64(0), I=_I32(0))
+        seq16 = dict(in16=_I32(0), **{f"{name}16": dummy for name in _WIDEN_BITS})
         if in_kernel is not None:
             prog, I = in_kernel
             wpk = self.pack(w, H, I, G, self.cell.gate_blocks, name="wpk_x")
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
-            xargs = dict(xs=x.base_data, wpk=wpk.base_data, xb=bias.base_data, I=_I32(I))
+            xargs = dict(xs=x.base_data, xs_sd=_I64(0), wpk=wpk.base_data, xb=bias.base_data,
+                         xb_sg=_I64(0), I=_I32(I))
+            if inputs16:
+                h0, c0, xargs, seq16 = self._inputs16_args(inputs16, h0, c0, xargs, I)
         base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
         lens_arg = self._or_dummy(lens)
         args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data,
@@ -634,8 +651,8 @@ class Recurrence:
                     **xargs)
         narrowed = (self._narrowed(out, narrow)
                     if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
-        if self._fused_launch(prog, "pyrnn_fwd_seq",
-                              dict(args, steps=_I32(T), **self._narrow_args(narrowed))):
+        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(
+                args, steps=_I32(T), **seq16, **self._narrow_args(narrowed))):
             return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
@@ -654,6 +671,48 @@ class Recurrence:
                      lens=lens_arg)))
         self._run_steps(kernels, range(T))
         return out
+
+    def _inputs16(self, x, xb, layer: LayerInputs) -> dict[str, cla.Array]:
+        """The forward's inputs given in the layer's 16-bit storage dtype, by their names in
+        ``pyrnn_fwd_seq`` (:data:`_WIDEN_BITS`)."""
+        given = dict(x=x, xb=xb, h0=layer.h0.array if layer.h0 is not None else None,
+                     c0=layer.c0.array if layer.c0 is not None else None)
+        out = {name: a for name, a in given.items() if a is not None and a.dtype != self.dtype}
+        assert all(a.dtype == self.weights for a in out.values()), "inputs of another dtype"
+        return out
+
+    def _widen_inputs(self, inputs16, x, xb, layer: LayerInputs):
+        """``(x, xb, layer)`` with the 16-bit inputs ``inputs16`` widened (one launch)."""
+        names = list(inputs16)
+        wide = dict(zip(names, widen_many(self.device, [inputs16[n] for n in names],
+                                          self.weights)))
+        states = {name: dataclasses.replace(getattr(layer, name), array=wide[name])
+                  for name in ("h0", "c0") if name in wide}
+        return (wide.get("x", x), wide.get("xb", xb),
+                dataclasses.replace(layer, **states) if states else layer)
+
+    def _inputs16_args(self, inputs16, h0: StateView, c0: StateView, xargs, I):
+        """``(h0, c0, xargs, seq16)``: the float32 buffers the whole-sequence kernel widens
+        the 16-bit ``inputs16`` into (pooled; the source one per direction, the bias one per
+        batch-row group, the states in their own layout) in place of ``h0``, ``c0`` and
+        ``xargs``' source and bias, and ``pyrnn_fwd_seq``'s 16-bit input arguments."""
+        T, N, D, GH = self.T, self.N, self.D, self.G * self.H
+        seq16 = dict(in16=_I32(sum(_WIDEN_BITS[name] for name in inputs16)),
+                     **{f"{name}16": inputs16[name].base_data if name in inputs16
+                        else self._dummy.base_data for name in _WIDEN_BITS})
+        xargs = dict(xargs)
+        if "x" in inputs16:
+            xargs.update(xs=temporary(self.device, (D * T * N * I,), self.dtype).base_data,
+                         xs_sd=_I64(T * N * I))
+        if "xb" in inputs16:
+            groups = (N + self.nb - 1) // self.nb
+            xargs.update(xb=temporary(self.device, (groups * D * GH,), self.dtype).base_data,
+                         xb_sg=_I64(D * GH))
+        if "h0" in inputs16:
+            h0 = dataclasses.replace(h0, array=temporary(self.device, h0.array.shape, self.dtype))
+        if "c0" in inputs16:
+            c0 = dataclasses.replace(c0, array=temporary(self.device, c0.array.shape, self.dtype))
+        return h0, c0, xargs, seq16
 
     def _narrowed(self, out: Saved, names) -> dict[str, cla.Array]:
         """New arrays of the weights' 16-bit dtype for the results ``names`` of ``out`` that

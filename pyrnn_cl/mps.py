@@ -223,12 +223,20 @@ class _Layer:
         self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
         b2 = secondary_bias if self.cell.needs_hn else None
         # a gradient op's arrays are converted with the layer's own: one widening launch for
-        # up to CONVERT_SLOTS 16-bit arrays
+        # up to CONVERT_SLOTS 16-bit arrays. A forward with an input weight hands its 16-bit
+        # source, bias and initial states to the engine as they are: its whole-sequence
+        # kernel widens them itself (Recurrence.forward), any other path in one launch.
         grads = list(grads or ())
-        self.x, self.b, h0, c0, self.peep, b2, *grad_d = q.devs(
-            ("source", source), ("bias", bias), ("init_state", init_state),
-            ("init_cell", init_cell if self.cell.has_c else None), ("peephole", peephole),
-            ("secondary_bias", b2), *grads)
+        inputs = [("source", source), ("bias", bias), ("init_state", init_state),
+                  ("init_cell", init_cell if self.cell.has_c else None)]
+        if q.converts and grads == [] and input_weight is not None:
+            self.x, self.b, h0, c0 = (q.stored(name, a) for name, a in inputs)
+            inputs = []
+        self.peep, b2, *rest = q.devs(("peephole", peephole), ("secondary_bias", b2), *inputs,
+                                      *grads)
+        if inputs:
+            self.x, self.b, h0, c0, *rest = rest
+        grad_d = rest
         self._grad_devs = {name: a for (name, _), a in zip(grads, grad_d)}
         # absent initial states: every (d, n) reads the same row of shared zeros
         zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)

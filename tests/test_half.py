@@ -202,17 +202,20 @@ def test_conversions_batched_across_slots(device, dtype):
         get_program(device, "storage.cl", {"PYRNN_DTYPE": dtype_code(dtype), "CONVERT_SLOTS": 4})
 
 
-def _narrowing_launches(monkeypatch):
-    """A list that records the arrays of every conversion launch narrowing results."""
-    narrowed = []
-    real = _arrays.narrow_many
+def _conversion_launches(monkeypatch):
+    """A list that records ``(kernel, shapes)`` of every conversion launch from now on (widening
+    inputs or narrowing results, ``_arrays._convert``)."""
+    launched = []
+    real = _arrays._convert
 
-    def recording(device, arrays, storage):
-        narrowed.extend(a.shape for a in arrays)
-        return real(device, arrays, storage)
+    def recording(device, kernel, storage, pairs):
+        shapes = [a.shape for a, _ in pairs if a.size]
+        if shapes:
+            launched.append((kernel, shapes))
+        return real(device, kernel, storage, pairs)
 
-    monkeypatch.setattr(_arrays, "narrow_many", recording)
-    return narrowed
+    monkeypatch.setattr(_arrays, "_convert", recording)
+    return launched
 
 
 def _same_bits(got, want):
@@ -224,32 +227,37 @@ def _same_bits(got, want):
 
 @pytest.mark.oclgrind
 @pytest.mark.parametrize("dtype", STORAGE)
-@pytest.mark.parametrize("vw, H", [(1, 7), (4, 12), (16, 32)])
-def test_whole_sequence_forward_narrows_its_own_results(device, monkeypatch, dtype, vw, H):
-    """A 16-bit forward on the whole-sequence kernel writes its 16-bit results itself
-    (``OUT16``, ``narrow_results`` in ``cl/recurrence.cl``), with no conversion launch after
-    it, rounded as NumPy (float16) and ml_dtypes (bfloat16) round float32, ties to even,
-    overflow to infinity and NaN kept. A linear vanilla cell with R = 0 and W = I makes every
-    result y[t] = x[t] + b, a float32 sum of 16-bit values that often lies between (or
-    halfway between) 16-bit values; NaN and overflow only at the last step (they would reach
-    later steps through h R^T). ``vw`` units per work-item (1: the scalar store), prime T and N."""
+@pytest.mark.parametrize("vw, H, I", [(1, 7, 7), (4, 12, 12), (16, 32, 32)])
+def test_whole_sequence_forward_converts_its_own_inputs_and_results(device, monkeypatch, dtype,
+                                                                    vw, H, I):
+    """A 16-bit forward on the whole-sequence kernel with the input product inside reads its
+    16-bit source, bias and initial state and writes its 16-bit results itself (``IO16``,
+    ``widen_inputs`` and ``narrow_results`` in ``cl/recurrence.cl``), with no conversion
+    launch before or after it; the results are rounded as NumPy (float16) and ml_dtypes
+    (bfloat16) round float32, ties to even, overflow to infinity and NaN kept. A linear
+    vanilla cell with R = 0 and W = I makes every result y[t] = x[t] + b, a float32 sum of
+    16-bit values that often lies between (or halfway between) 16-bit values; NaN and
+    overflow only at the last step (they would reach later steps through h R^T). ``vw``
+    units per work-item (1: the scalar store), runs of 7 (no 8-wide widening), 12 and 32
+    values; prime T and N."""
     from helpers.device import override_tuning
     override_tuning(device, monkeypatch, REC_VW=vw, REC_SEQ_BYTES=1 << 20)
-    narrowed = _narrowing_launches(monkeypatch)
+    launched = _conversion_launches(monkeypatch)
     rng = np.random.default_rng(vw + H)
     T, N = 5, 3
     largest = np.array(0x7bff if dtype == np.float16 else 0x7f7f, np.uint16).view(dtype)
-    scale = rng.choice([2.0 ** -20, 2.0 ** -9, 1.0, 2.0 ** 9, 2.0 ** 13], (T, N, H))
-    x = (rng.standard_normal((T, N, H)) * scale).astype(dtype)
+    scale = rng.choice([2.0 ** -20, 2.0 ** -9, 1.0, 2.0 ** 9, 2.0 ** 13], (T, N, I))
+    x = (rng.standard_normal((T, N, I)) * scale).astype(dtype)
     x[T - 1, 0, :2] = largest                     # + b > 0: over the largest 16-bit value
     x[T - 1, N - 1, 0] = np.nan
     b = (rng.standard_normal(H) * rng.choice([2.0 ** -12, 1.0, 2.0 ** 8], H)).astype(dtype)
     b[:2] = largest
+    h0 = rng.standard_normal((N, H)).astype(dtype)          # (times R = 0)
     R = np.zeros((H, H), dtype)
-    W = np.eye(H, dtype=dtype)
+    W = np.eye(H, I, dtype=dtype)
     desc = rc.SingleGateRNNDescriptor(activation="none", training=True)
-    y, z = rc.single_gate_rnn(x, R, W, b, descriptor=desc, device=device)
-    assert narrowed == [], f"results narrowed by a conversion launch: {narrowed}"
+    y, z = rc.single_gate_rnn(x, R, W, b, h0, descriptor=desc, device=device)
+    assert launched == [], f"conversion launches: {launched}"
     with np.errstate(over="ignore", invalid="ignore"):
         want = (x.astype(np.float32) + b.astype(np.float32)).astype(dtype)
     want[T - 1, N - 1] = np.nan         # (x W^T: the NaN times W's zeros reaches every unit)
@@ -259,24 +267,34 @@ def test_whole_sequence_forward_narrows_its_own_results(device, monkeypatch, dty
     _same_bits(z, want)
 
 
+@pytest.mark.oclgrind
 @pytest.mark.parametrize("dtype", STORAGE)
-@pytest.mark.parametrize("kind, desc", [
-    ("lstm", rc.LSTMDescriptor(training=True, bidirectional=True)),
-    ("lstm", rc.LSTMDescriptor(produce_cell=True, reverse=True)),
-    ("gru", rc.GRUDescriptor(training=True, reset_after=True)),
-    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"))])
-def test_whole_sequence_forward_results_are_the_float32_results_rounded(device, monkeypatch,
-                                                                         dtype, kind, desc):
+@pytest.mark.parametrize("kind, desc, present", [
+    ("lstm", rc.LSTMDescriptor(training=True, bidirectional=True), None),
+    ("lstm", rc.LSTMDescriptor(training=True, bidirectional=True),
+     ("input_weight", "bias", "init_state", "init_cell")),
+    ("lstm", rc.LSTMDescriptor(produce_cell=True, reverse=True), ("input_weight", "init_cell")),
+    ("gru", rc.GRUDescriptor(training=True, reset_after=True), None),
+    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"), ("input_weight", "init_state"))])
+def test_whole_sequence_forward_results_are_the_float32_results_rounded(
+        device, monkeypatch, dtype, kind, desc, present):
     """A 16-bit forward whose layer runs the whole-sequence kernel returns the float32 call's
     results on the same (16-bit) inputs, rounded by NumPy / ml_dtypes: the kernel's own
-    narrowing changes no value, and no conversion launch narrows them after it."""
+    conversions change no value. No conversion launch narrows the results, and one widens
+    inputs only for what the kernel does not widen itself (mask, peepholes, the secondary
+    bias: all inputs present)."""
     from helpers.device import override_tuning
     override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20)
-    narrowed = _narrowing_launches(monkeypatch)
+    launched = _conversion_launches(monkeypatch)
     op = {"lstm": rc.lstm, "gru": rc.gru, "rnn": rc.single_gate_rnn}[kind]
-    a = mps_case(kind, dtype, bidirectional=desc.bidirectional)
+    inputs = S.layer_inputs(kind, S.PRIME, bidirectional=desc.bidirectional, present=present)
+    a = rounded(inputs, dtype)
     got = op(**a, descriptor=desc, device=device)
-    assert narrowed == [], f"results narrowed by a conversion launch: {narrowed}"
+    assert all(k == "pyrnn_widen" for k, _ in launched), launched
+    widened = {shape for _, shapes in launched for shape in shapes}
+    kept = {a[name].shape for name in ("source", "bias", "init_state", "init_cell") if name in a}
+    assert not widened & kept, launched
+    assert bool(launched) == (present is None), launched
     wide = op(**{k: v.astype(np.float32) for k, v in a.items()}, descriptor=desc,
               device=device)
     assert len(got) == len(wide)

@@ -420,9 +420,10 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
     __global const real *mask, __global const int *lens, const real clip, \
-    __global const real *xs, __global const pack_t *wpk, __global const real *xb, const int I
+    __global const real *xs, const long xs_sd, __global const pack_t *wpk, \
+    __global const real *xb, const long xb_sg, const int I
 #define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
-    mask, lens, clip, xs, wpk, xb, I
+    mask, lens, clip, xs, xs_sd, wpk, xb, xb_sg, I
 
 /* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
@@ -460,7 +461,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     realV accx[REC_NB][CELL_G];
     __global const real *xrow[REC_NB];
     for (int b = 0; b < REC_NB; ++b) {
-        xrow[b] = xs + ((long)t * N + min(nrow[b], N - 1)) * I;
+        xrow[b] = xs + d * xs_sd + ((long)t * N + min(nrow[b], N - 1)) * I;
         for (int k = 0; k < CELL_G; ++k) accx[b][k] = VZERO;
     }
     packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
@@ -489,7 +490,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) {
             const int blk = gate_blk(k) * H + j;
 #if HAS_XW
-            gxv[k] = accx[b][k] + LOADV(xb + d * GH + blk);
+            gxv[k] = accx[b][k] + LOADV(xb + row_group() * xb_sg + d * GH + blk);
 #else
             gxv[k] = LOADV(gx + g_off + blk);
 #endif
@@ -529,25 +530,75 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
     fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
 }
 
-/* ---- 16-bit results of the whole-sequence forward --------------------------------------------
- * A call whose arrays are float16 or bfloat16 (OUT16 = their storage code, 3 or 4; 0 otherwise)
- * computes in float32 and hands back 16-bit results. The whole-sequence forward writes them
- * itself after its last step (narrow_results), instead of a conversion launch after it: on a
- * CPU device each launch costs tens of microseconds, a tenth of a small layer's forward. The
- * float32 sequences stay the recurrence's state (h[t-1] is read from y), so the results are
- * the same values the conversion kernels (cl/storage.cl) would give: rounded to nearest even,
- * NaN kept. */
-#ifndef OUT16
-#define OUT16 0
+/* ---- 16-bit inputs and results of the whole-sequence forward ----------------------------------
+ * A call whose arrays are float16 or bfloat16 (IO16 = their storage code, 3 or 4; 0 otherwise)
+ * computes in float32. The whole-sequence forward converts what it reads and writes itself,
+ * instead of a conversion launch before it and one after it: on a CPU device each launch costs
+ * tens of microseconds, a tenth of a small layer's forward (an LSTM 128/64, N = 8, T = 100:
+ * 12 % of its time for the launch before it alone).
+ *   Inputs (widen_inputs, before the first step): the source x, the input bias b and the initial
+ *   states h0, c0, each where its bit of `in16` is set (1, 2, 4, 8), are read from x16, xb16,
+ *   h016, c016 and widened into the float32 buffers the steps then read (xs, xb, h0, c0). Each
+ *   work-group widens what it reads, so no group waits for another: x into its direction's copy
+ *   (xs + d * xs_sd), b into its batch-row group's copy (xb + row_group() * xb_sg), and the
+ *   rows of h0 and c0 it owns (the same layout and strides as the 16-bit arrays). Every value
+ *   of a 16-bit dtype is a float32: the widening is exact.
+ *   Results (narrow_results, after the last step): y, cs and the saved gates, each where its bit
+ *   of `out16` is set (1, 2, 4), rounded to nearest even into y16, cs16, sav16 (NaN kept). The
+ *   float32 sequences stay the recurrence's state (h[t-1] is read from y), so the values are
+ *   those the conversion kernels (cl/storage.cl) would give. */
+#ifndef IO16
+#define IO16 0
 #endif
-#if OUT16 && PYRNN_DTYPE != 1
-#error "OUT16 narrows float32 results: compile it with PYRNN_DTYPE 1"
+#if IO16 && PYRNN_DTYPE != 1
+#error "IO16 narrows float32 results: compile it with PYRNN_DTYPE 1"
 #endif
-#if OUT16 != 0 && OUT16 != 3 && OUT16 != 4
-#error "OUT16 is 0, 3 (float16) or 4 (bfloat16)"
+#if IO16 != 0 && IO16 != 3 && IO16 != 4
+#error "IO16 is 0, 3 (float16) or 4 (bfloat16)"
 #endif
 
-#if OUT16
+#if IO16
+#define IO16_T __global const PYRNN_S16_T(IO16) *
+
+/* dst[i] = src[i] widened, i < n: work-item l of L takes 8 consecutive values at a time (one
+ * vector conversion), then one of the last n % 8 */
+PYRNN_FUNC void widen_run(__global real *dst, __global const ushort *src, const long n,
+                          const int l, const int L)
+{
+    IO16_T s = (IO16_T)src;
+    const long n8 = n / 8;
+    for (long c = l; c < n8; c += L) vstore8(PYRNN_S16_LOADN(IO16, 8, s + 8 * c), c, dst);
+    for (long i = 8 * n8 + l; i < n; i += L) dst[i] = PYRNN_S16_LOAD(IO16, i, s);
+}
+
+/* The inputs this work-group reads, widened (see above); the work-group's work-items split
+ * each array. A float32 destination is passed as the steps' read-only pointer. */
+PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I, const int in16,
+                             __global const ushort *x16, __global const real *xs,
+                             const long xs_sd, __global const ushort *xb16,
+                             __global const real *xb, const long xb_sg,
+                             __global const ushort *h016, __global const real *h0,
+                             const long h0_sd, const long h0_sn, __global const ushort *c016,
+                             __global const real *c0, const long c0_sd, const long c0_sn)
+{
+    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int d = get_global_id(1) / HV, l = get_local_id(1), L = get_local_size(1);
+    const int n0 = row_group() * REC_NB, rows = min(REC_NB, N - n0);
+    if (in16 & 1) {          /* x [T][N][I]: this group's rows of every step (one run a step) */
+        for (int t = 0; t < wi_bound(T); ++t) {
+            const long off = ((long)t * N + n0) * I;
+            widen_run((__global real *)xs + d * xs_sd + off, x16 + off, (long)rows * I, l, L);
+        }
+    }
+    if (in16 & 2)            /* b [D][G*H]: direction d's, into this group's copy */
+        widen_run((__global real *)xb + row_group() * xb_sg + d * GH, xb16 + d * GH, GH, l, L);
+    for (int b = 0; b < rows; ++b) {    /* h0, c0 [D][N][H] (strided): this group's rows */
+        const long oh = d * h0_sd + (n0 + b) * h0_sn, oc = d * c0_sd + (n0 + b) * c0_sn;
+        if (in16 & 4) widen_run((__global real *)h0 + oh, h016 + oh, H, l, L);
+        if (in16 & 8) widen_run((__global real *)c0 + oc, c016 + oc, H, l, L);
+    }
+}
+
 #if REC_VW == 1
 typedef uint uintV;
 #define AS_UINTV as_uint
@@ -560,9 +611,9 @@ typedef PYRNN_CAT(uint, REC_VW) uintV;
  * common.h's float_to_bf16 does for the storage programs). */
 PYRNN_FUNC void store16v(const realV v, __global ushort *p)
 {
-#if OUT16 == 3 && REC_VW == 1
+#if IO16 == 3 && REC_VW == 1
     vstore_half_rte(v, 0, (__global half *)p);
-#elif OUT16 == 3
+#elif IO16 == 3
     PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)(v, 0, (__global half *)p);
 #else
     const uintV u = AS_UINTV(v);
@@ -617,19 +668,27 @@ PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int 
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
  * direction for its batch rows (local size (1, H/VW)), so the barrier after each step is the only
  * synchronisation h[t] needs; work-groups never wait for each other. For small layers, where a
- * launch per step would cost more than the step (no projection, single-phase cells). With OUT16,
- * the results wanted in 16 bits (out16: 1 y, 2 cs, 4 the saved gates) are narrowed at the end
- * into y16, cs16, sav16 (unused otherwise). */
+ * launch per step would cost more than the step (no projection, single-phase cells). With IO16,
+ * the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed at the end
+ * (see "16-bit inputs and results" above; the 16-bit pointers are unused otherwise). */
 __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int steps, FWD_PARAMS, const int out16,
-                            __global ushort *y16, __global ushort *cs16, __global ushort *sav16)
+                            const int steps, FWD_PARAMS, const int in16,
+                            __global const ushort *x16, __global const ushort *xb16,
+                            __global const ushort *h016, __global const ushort *c016,
+                            const int out16, __global ushort *y16, __global ushort *cs16,
+                            __global ushort *sav16)
 {
     LANE_BUF;
+#if IO16
+    widen_inputs(T, N, H, I, in16, x16, xs, xs_sd, xb16, xb, xb_sg, h016, h0, h0_sd, h0_sn, c016,
+                 c0, c0_sd, c0_sn);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
     for (int s = 0; s < steps; ++s) {
         fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
-#if OUT16
+#if IO16
     narrow_results(T, N, H, K, out16, gx, y, cs, y16, cs16, sav16);
 #endif
 }
