@@ -423,8 +423,6 @@ class Recurrence:
                 defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
                 defines["REC_KS"] = self.ks
-            if self.fused and self.weights != self.dtype:   # a 16-bit call's layer
-                defines["IO16"] = dtype_code(self.weights)
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
@@ -575,8 +573,9 @@ class Recurrence:
         those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
 
         A 16-bit call (the layer's weights of a 16-bit storage dtype) converts in the
-        whole-sequence kernel where it runs with the input product inside (``IO16`` in
-        ``cl/recurrence.cl``: no conversion launch before or after it):
+        whole-sequence kernel where it runs with the input product inside (``widen_inputs``
+        and ``narrow_results`` in ``cl/recurrence.cl``: no conversion launch before or after
+        it):
 
         * ``x``, ``xb`` and the initial states ``layer.h0``, ``layer.c0`` may be given in the
           16-bit dtype; that kernel widens them itself, any other path widens them first (one
@@ -651,8 +650,9 @@ class Recurrence:
                     **xargs)
         narrowed = (self._narrowed(out, narrow)
                     if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
+        s16 = dtype_code(self.weights) if self.weights != dt else 0    # 16-bit call: 3 or 4
         if self._fused_launch(prog, "pyrnn_fwd_seq", dict(
-                args, steps=_I32(T), **seq16, **self._narrow_args(narrowed))):
+                args, steps=_I32(T), s16=_I32(s16), **seq16, **self._narrow_args(narrowed))):
             return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:

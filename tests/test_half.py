@@ -231,7 +231,7 @@ def _same_bits(got, want):
 def test_whole_sequence_forward_converts_its_own_inputs_and_results(device, monkeypatch, dtype,
                                                                     vw, H, I):
     """A 16-bit forward on the whole-sequence kernel with the input product inside reads its
-    16-bit source, bias and initial state and writes its 16-bit results itself (``IO16``,
+    16-bit source, bias and initial state and writes its 16-bit results itself (``s16``,
     ``widen_inputs`` and ``narrow_results`` in ``cl/recurrence.cl``), with no conversion
     launch before or after it; the results are rounded as NumPy (float16) and ml_dtypes
     (bfloat16) round float32, ties to even, overflow to infinity and NaN kept. A linear
@@ -301,6 +301,32 @@ def test_whole_sequence_forward_results_are_the_float32_results_rounded(
     for g, w in zip(got, wide):
         assert g.dtype == dtype
         _same_bits(g, w.astype(dtype))
+
+
+def test_16_bit_forwards_share_the_float32_programs(device, monkeypatch):
+    """A 16-bit forward builds no engine program of its own: its conversions inside the
+    whole-sequence kernel take the storage dtype as a kernel argument, so after a float32 call
+    of a layer the float16 and bfloat16 calls of that layer reuse its programs (packs of the
+    compute dtype: 16-bit packs, ``REC_PACK16_BYTES``, are programs of their own by design)."""
+    from helpers.device import override_tuning
+    from pyrnn_cl import engine
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20, REC_PACK16_BYTES=1 << 40)
+    built = []
+    real = engine.get_program
+
+    def recording(dev, name, defines=None, **kw):
+        built.append((name, tuple(sorted((defines or {}).items()))))
+        return real(dev, name, defines, **kw)
+
+    monkeypatch.setattr(engine, "get_program", recording)
+    a = S.layer_inputs("lstm", S.PRIME, present=("input_weight", "bias", "init_state"))
+    rc.lstm(**{k: v.astype(np.float32) for k, v in a.items()}, device=device)
+    wide = {b for b in built if b[0] == "recurrence.cl"}
+    assert wide, "the float32 call built no engine program"
+    for dtype in [d for d in (np.dtype(np.float16), BF16) if d is not None]:
+        built.clear()
+        rc.lstm(**rounded(a, dtype), device=device)
+        assert {b for b in built if b[0] == "recurrence.cl"} <= wide, dtype
 
 
 # =================================================================================================

@@ -531,8 +531,8 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
 }
 
 /* ---- 16-bit inputs and results of the whole-sequence forward ----------------------------------
- * A call whose arrays are float16 or bfloat16 (IO16 = their storage code, 3 or 4; 0 otherwise)
- * computes in float32. The whole-sequence forward converts what it reads and writes itself,
+ * A call whose arrays are float16 or bfloat16 (storage code s16 = 3 or 4, a kernel argument; 0
+ * otherwise) computes in float32, with the programs of float32 calls (no build of its own). The whole-sequence forward converts what it reads and writes itself,
  * instead of a conversion launch before it and one after it: on a CPU device each launch costs
  * tens of microseconds, a tenth of a small layer's forward (an LSTM 128/64, N = 8, T = 100:
  * 12 % of its time for the launch before it alone).
@@ -547,33 +547,32 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
  *   of `out16` is set (1, 2, 4), rounded to nearest even into y16, cs16, sav16 (NaN kept). The
  *   float32 sequences stay the recurrence's state (h[t-1] is read from y), so the values are
  *   those the conversion kernels (cl/storage.cl) would give. */
-#ifndef IO16
-#define IO16 0
-#endif
-#if IO16 && PYRNN_DTYPE != 1
-#error "IO16 narrows float32 results: compile it with PYRNN_DTYPE 1"
-#endif
-#if IO16 != 0 && IO16 != 3 && IO16 != 4
-#error "IO16 is 0, 3 (float16) or 4 (bfloat16)"
-#endif
+/* (16-bit calls compute in float32; the storage code is a kernel argument, so they share the
+ * programs of float32 calls: fixing it at build time measured 1-3 % faster, at one more build per
+ * layer and 16-bit dtype) */
+#define PYRNN_IO16 (PYRNN_DTYPE == 1)
 
-#if IO16
-#define IO16_T __global const PYRNN_S16_T(IO16) *
-
+#if PYRNN_IO16
 /* dst[i] = src[i] widened, i < n: work-item l of L takes 8 consecutive values at a time (one
  * vector conversion), then one of the last n % 8 */
-PYRNN_FUNC void widen_run(__global real *dst, __global const ushort *src, const long n,
-                          const int l, const int L)
+PYRNN_FUNC void widen_run(const int s16, __global real *dst, __global const ushort *src,
+                          const long n, const int l, const int L)
 {
-    IO16_T s = (IO16_T)src;
+    __global const half *h = (__global const half *)src;
     const long n8 = n / 8;
-    for (long c = l; c < n8; c += L) vstore8(PYRNN_S16_LOADN(IO16, 8, s + 8 * c), c, dst);
-    for (long i = 8 * n8 + l; i < n; i += L) dst[i] = PYRNN_S16_LOAD(IO16, i, s);
+    if (s16 == 3) {
+        for (long c = l; c < n8; c += L) vstore8(PYRNN_S16_LOADN(3, 8, h + 8 * c), c, dst);
+        for (long i = 8 * n8 + l; i < n; i += L) dst[i] = PYRNN_S16_LOAD(3, i, h);
+    } else {
+        for (long c = l; c < n8; c += L) vstore8(PYRNN_S16_LOADN(4, 8, src + 8 * c), c, dst);
+        for (long i = 8 * n8 + l; i < n; i += L) dst[i] = PYRNN_S16_LOAD(4, i, src);
+    }
 }
 
 /* The inputs this work-group reads, widened (see above); the work-group's work-items split
  * each array. A float32 destination is passed as the steps' read-only pointer. */
-PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I, const int in16,
+PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I, const int s16,
+                             const int in16,
                              __global const ushort *x16, __global const real *xs,
                              const long xs_sd, __global const ushort *xb16,
                              __global const real *xb, const long xb_sg,
@@ -587,15 +586,17 @@ PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I,
     if (in16 & 1) {          /* x [T][N][I]: this group's rows of every step (one run a step) */
         for (int t = 0; t < wi_bound(T); ++t) {
             const long off = ((long)t * N + n0) * I;
-            widen_run((__global real *)xs + d * xs_sd + off, x16 + off, (long)rows * I, l, L);
+            widen_run(s16, (__global real *)xs + d * xs_sd + off, x16 + off, (long)rows * I,
+                      l, L);
         }
     }
     if (in16 & 2)            /* b [D][G*H]: direction d's, into this group's copy */
-        widen_run((__global real *)xb + row_group() * xb_sg + d * GH, xb16 + d * GH, GH, l, L);
+        widen_run(s16, (__global real *)xb + row_group() * xb_sg + d * GH, xb16 + d * GH, GH,
+                  l, L);
     for (int b = 0; b < rows; ++b) {    /* h0, c0 [D][N][H] (strided): this group's rows */
         const long oh = d * h0_sd + (n0 + b) * h0_sn, oc = d * c0_sd + (n0 + b) * c0_sn;
-        if (in16 & 4) widen_run((__global real *)h0 + oh, h016 + oh, H, l, L);
-        if (in16 & 8) widen_run((__global real *)c0 + oc, c016 + oc, H, l, L);
+        if (in16 & 4) widen_run(s16, (__global real *)h0 + oh, h016 + oh, H, l, L);
+        if (in16 & 8) widen_run(s16, (__global real *)c0 + oc, c016 + oc, H, l, L);
     }
 }
 
@@ -609,13 +610,16 @@ typedef PYRNN_CAT(uint, REC_VW) uintV;
 /* v rounded to nearest even into REC_VW 16-bit values at p. bfloat16: add 0x7fff plus the lowest
  * kept bit and truncate; a NaN keeps its sign and top payload bits with the quiet bit set (as
  * common.h's float_to_bf16 does for the storage programs). */
-PYRNN_FUNC void store16v(const realV v, __global ushort *p)
+PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
 {
-#if IO16 == 3 && REC_VW == 1
-    vstore_half_rte(v, 0, (__global half *)p);
-#elif IO16 == 3
-    PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)(v, 0, (__global half *)p);
+    if (s16 == 3) {
+#if REC_VW == 1
+        vstore_half_rte(v, 0, (__global half *)p);
 #else
+        PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)(v, 0, (__global half *)p);
+#endif
+        return;
+    }
     const uintV u = AS_UINTV(v);
     const uintV rounded = (u + (uintV)(0x7fffu) + ((u >> 16) & (uintV)(1u))) >> 16;
     const uintV nan = (u >> 16) | (uintV)(0x40u);
@@ -625,14 +629,13 @@ PYRNN_FUNC void store16v(const realV v, __global ushort *p)
     PYRNN_CAT(vstore, REC_VW)(PYRNN_CAT(convert_ushort, REC_VW)(select(rounded, nan, isnan(v))),
                               0, p);
 #endif
-#endif
 }
 
 /* This work-item's results of every step narrowed into y16, cs16 and sav16 (layouts of y, cs and
  * gx), each where its bit of `out16` is set (1, 2, 4). The work-item reads only what it wrote
  * itself (its units and rows, zeros where a row had ended), so no barrier is needed first. */
 PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int K,
-                               const int out16, __global const real *gx,
+                               const int s16, const int out16, __global const real *gx,
                                __global const real *y, __global const real *cs,
                                __global ushort *y16, __global ushort *cs16,
                                __global ushort *sav16)
@@ -646,18 +649,18 @@ PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int 
             if (n >= N) break;
             if (out16 & 1) {
                 const long o = seq_off(t, n, d, N, D, K) + j;
-                store16v(LOADV(y + o), y16 + o);
+                store16v(s16, LOADV(y + o), y16 + o);
             }
 #if CELL_HAS_C
             if (out16 & 2) {
                 const long o = seq_off(t, n, d, N, D, H) + j;
-                store16v(LOADV(cs + o), cs16 + o);
+                store16v(s16, LOADV(cs + o), cs16 + o);
             }
 #endif
             if (out16 & 4) {
                 for (int k = 0; k < CELL_GA; ++k) {
                     const long o = seq_off(t, n, d, N, D, GH) + gate_blk(k) * H + j;
-                    store16v(LOADV(gx + o), sav16 + o);
+                    store16v(s16, LOADV(gx + o), sav16 + o);
                 }
             }
         }
@@ -668,28 +671,29 @@ PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int 
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
  * direction for its batch rows (local size (1, H/VW)), so the barrier after each step is the only
  * synchronisation h[t] needs; work-groups never wait for each other. For small layers, where a
- * launch per step would cost more than the step (no projection, single-phase cells). With IO16,
- * the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed at the end
- * (see "16-bit inputs and results" above; the 16-bit pointers are unused otherwise). */
+ * launch per step would cost more than the step (no projection, single-phase cells). In a 16-bit
+ * call (s16), the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed
+ * at the end (see "16-bit inputs and results" above; the 16-bit pointers are unused otherwise). */
 __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int steps, FWD_PARAMS, const int in16,
+                            const int steps, FWD_PARAMS, const int s16, const int in16,
                             __global const ushort *x16, __global const ushort *xb16,
                             __global const ushort *h016, __global const ushort *c016,
                             const int out16, __global ushort *y16, __global ushort *cs16,
                             __global ushort *sav16)
 {
     LANE_BUF;
-#if IO16
-    widen_inputs(T, N, H, I, in16, x16, xs, xs_sd, xb16, xb, xb_sg, h016, h0, h0_sd, h0_sn, c016,
-                 c0, c0_sd, c0_sn);
+#if PYRNN_IO16
+    if (in16)
+        widen_inputs(T, N, H, I, s16, in16, x16, xs, xs_sd, xb16, xb, xb_sg, h016, h0, h0_sd,
+                     h0_sn, c016, c0, c0_sd, c0_sn);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
     for (int s = 0; s < steps; ++s) {
         fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
-#if IO16
-    narrow_results(T, N, H, K, out16, gx, y, cs, y16, cs16, sav16);
+#if PYRNN_IO16
+    if (out16) narrow_results(T, N, H, K, s16, out16, gx, y, cs, y16, cs16, sav16);
 #endif
 }
 
