@@ -555,7 +555,8 @@ class Recurrence:
     # -- forward ----------------------------------------------------------------------------
 
     def forward(self, gx, layer: LayerInputs, *, x=None, w=None, xb=None,
-                into: Saved | None = None, narrow: tuple[str, ...] = ()) -> Saved:
+                into: Saved | None = None, narrow: tuple[str, ...] = (),
+                dropped: tuple[str, ...] = ()) -> Saved:
         """Run the layer. ``gx`` ``[T][N][D*G*H]`` is overwritten with the saved gates.
 
         ``layer``: the weights, initial states, mask and lengths (:class:`LayerInputs`). Returns
@@ -571,6 +572,9 @@ class Recurrence:
 
         ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
         those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
+        ``dropped``: results among ``"sav"`` and ``"cs"`` the caller does not keep (e.g. an
+        inference forward's saved gates): their memory comes from the pool instead of fresh
+        pages on every call.
 
         A 16-bit call (the layer's weights of a 16-bit storage dtype) converts in the
         whole-sequence kernel where it runs with the input product inside (``widen_inputs``
@@ -603,15 +607,16 @@ class Recurrence:
         if x is not None:
             if in_kernel is None:
                 gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H, xb,
-                                      out=self._new("sav", (T * N, D * G * H), pooled=False)
+                                      out=self._new("sav", (T * N, D * G * H),
+                                                    pooled="sav" in dropped)
                                       ).reshape((T, N, D * G * H))
             else:
-                gx = self._new("sav", (T, N, D * G * H), pooled=False)
+                gx = self._new("sav", (T, N, D * G * H), pooled="sav" in dropped)
         into = into or Saved()
 
         def result(name, given, width):
             if given is None:
-                return self._new(name, (T, N, width), pooled=False)
+                return self._new(name, (T, N, width), pooled=name in dropped)
             assert given.shape == (T, N, width) and given.dtype == dt, given.shape
             return given
 

@@ -283,13 +283,15 @@ class _Layer:
         return engine.LayerInputs(self.R, self.h0, c0=self.c0, hb=self.hb, peep=self.peep,
                                   mask=self.mask)
 
-    def forward(self, narrow: tuple[str, ...] = ()) -> engine.Saved:
-        """The engine's forward; ``narrow``: results wanted only in a 16-bit call's dtype
-        (:meth:`engine.Recurrence.forward`)."""
+    def forward(self, narrow: tuple[str, ...] = (), dropped: tuple[str, ...] = ()
+                ) -> engine.Saved:
+        """The engine's forward; ``narrow``: results wanted only in a 16-bit call's dtype,
+        ``dropped``: results not returned (:meth:`engine.Recurrence.forward`)."""
         if self.W is not None:      # the engine computes x W^T + b (in its kernel when small)
             return self.rec.forward(None, self.layer_inputs(), x=self.x, w=self.W, xb=self.b,
-                                    narrow=narrow)
-        return self.rec.forward(self.input_gates(), self.layer_inputs(), narrow=narrow)
+                                    narrow=narrow, dropped=dropped)
+        return self.rec.forward(self.input_gates(), self.layer_inputs(), narrow=narrow,
+                                dropped=dropped)
 
     def backward(self, fwd, dy, dhn, dcn):
         """The layer's gradients for the forward results ``fwd`` and the upstream gradients
@@ -345,8 +347,10 @@ def _forward(kind, source, recurrent_weight, input_weight, bias, init_state, ini
         wanted.append("cs")
     if desc.training:
         wanted.append("sav")
-    # results are returned only: a 16-bit call's whole-sequence kernel narrows them itself
-    fwd = layer.forward(narrow=tuple(wanted))
+    # results are returned only: a 16-bit call's whole-sequence kernel narrows them itself;
+    # the saved gates and cell states an inference call does not return live in the pool
+    fwd = layer.forward(narrow=tuple(wanted),
+                        dropped=tuple(n for n in ("sav", "cs") if n not in wanted))
     T, N, D, H, G = layer.T, layer.N, layer.D, layer.H, layer.G
     width = {"y": D * H, "cs": D * H, "sav": D * G * H}
     return call.outs(*[(getattr(fwd, name), (T, N, width[name])) for name in wanted])
