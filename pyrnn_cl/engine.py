@@ -636,7 +636,7 @@ class Recurrence:
         # the input projection inside the kernel (HAS_XW), or absent
         dummy = self._dummy.base_data
         xargs = dict(xs=dummy, xs_sd=_I64(0), wpk=dummy, xb=dummy, xb_sg=_I64(0), I=_I32(0))
-        seq16 = dict(in16=_I32(0), **{f"{name}16": dummy for name in _WIDEN_BITS})
+        seq16 = self._bit_args("in16", _WIDEN_BITS, {})
         if in_kernel is not None:
             prog, I = in_kernel
             wpk = self.pack(w, H, I, G, self.cell.gate_blocks, name="wpk_x")
@@ -656,8 +656,8 @@ class Recurrence:
         narrowed = (self._narrowed(out, narrow)
                     if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
         s16 = dtype_code(self.weights) if self.weights != dt else 0    # 16-bit call: 3 or 4
-        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(
-                args, steps=_I32(T), s16=_I32(s16), **seq16, **self._narrow_args(narrowed))):
+        seq16.update(self._bit_args("out16", _NARROW_BITS, narrowed), s16=_I32(s16))
+        if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T), **seq16)):
             return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
@@ -702,9 +702,7 @@ class Recurrence:
         batch-row group, the states in their own layout) in place of ``h0``, ``c0`` and
         ``xargs``' source and bias, and ``pyrnn_fwd_seq``'s 16-bit input arguments."""
         T, N, D, GH = self.T, self.N, self.D, self.G * self.H
-        seq16 = dict(in16=_I32(sum(_WIDEN_BITS[name] for name in inputs16)),
-                     **{f"{name}16": inputs16[name].base_data if name in inputs16
-                        else self._dummy.base_data for name in _WIDEN_BITS})
+        seq16 = self._bit_args("in16", _WIDEN_BITS, inputs16)
         xargs = dict(xargs)
         if "x" in inputs16:
             xargs.update(xs=temporary(self.device, (D * T * N * I,), self.dtype).base_data,
@@ -727,12 +725,15 @@ class Recurrence:
         return {name: empty(self.device.queue, getattr(out, name).shape, self.weights)
                 for name in names if getattr(out, name) is not None}
 
-    def _narrow_args(self, narrowed: dict[str, cla.Array]) -> dict[str, object]:
-        """``pyrnn_fwd_seq``'s 16-bit result arguments: the bit mask ``out16`` and the
-        buffers ``y16``, ``cs16``, ``sav16`` (the dummy where not narrowed)."""
-        args: dict[str, object] = {f"{name}16": narrowed[name].base_data if name in narrowed
-                                   else self._dummy.base_data for name in _NARROW_BITS}
-        return dict(args, out16=_I32(sum(_NARROW_BITS[name] for name in narrowed)))
+    def _bit_args(self, mask: str, bits: dict[str, int], arrays: dict[str, cla.Array]
+                  ) -> dict[str, object]:
+        """``pyrnn_fwd_seq``'s 16-bit arguments of one side (inputs: ``in16`` and
+        :data:`_WIDEN_BITS`; results: ``out16`` and :data:`_NARROW_BITS`): the bit mask
+        ``mask`` of the ``arrays`` given (by name), and the buffer ``<name>16`` of each name of
+        ``bits`` (the dummy where not given)."""
+        args: dict[str, object] = {f"{name}16": arrays[name].base_data if name in arrays
+                                   else self._dummy.base_data for name in bits}
+        return dict(args, **{mask: _I32(sum(bits[name] for name in arrays))})
 
     def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
         """``out[d][n] = seq[t_last][n][d]`` (``init`` where a row has length 0)."""

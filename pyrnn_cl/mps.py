@@ -229,7 +229,7 @@ class _Layer:
         grads = list(grads or ())
         inputs = [("source", source), ("bias", bias), ("init_state", init_state),
                   ("init_cell", init_cell if self.cell.has_c else None)]
-        if q.converts and grads == [] and input_weight is not None:
+        if q.converts and not grads and input_weight is not None:
             self.x, self.b, h0, c0 = (q.stored(name, a) for name, a in inputs)
             inputs = []
         self.peep, b2, *rest = q.devs(("peephole", peephole), ("secondary_bias", b2), *inputs,

@@ -531,11 +531,13 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
 }
 
 /* ---- 16-bit inputs and results of the whole-sequence forward ----------------------------------
- * A call whose arrays are float16 or bfloat16 (storage code s16 = 3 or 4, a kernel argument; 0
- * otherwise) computes in float32, with the programs of float32 calls (no build of its own). The whole-sequence forward converts what it reads and writes itself,
- * instead of a conversion launch before it and one after it: on a CPU device each launch costs
- * tens of microseconds, a tenth of a small layer's forward (an LSTM 128/64, N = 8, T = 100:
- * 12 % of its time for the launch before it alone).
+ * A call whose arrays are float16 or bfloat16 computes in float32. Its whole-sequence forward
+ * converts what it reads and writes itself, instead of a conversion launch before it and one
+ * after it: on a CPU device each launch costs tens of microseconds, a tenth of a small layer's
+ * forward (an LSTM 128/64, N = 8, T = 100: 12 % of its time for the launch before it alone).
+ * The storage code s16 (3 float16, 4 bfloat16, 0 a float32 call) is a kernel argument, so
+ * 16-bit calls run the programs of float32 calls (fixing it at build time measured 1-3 %
+ * faster, at one more build per layer and 16-bit dtype).
  *   Inputs (widen_inputs, before the first step): the source x, the input bias b and the initial
  *   states h0, c0, each where its bit of `in16` is set (1, 2, 4, 8), are read from x16, xb16,
  *   h016, c016 and widened into the float32 buffers the steps then read (xs, xb, h0, c0). Each
@@ -547,10 +549,7 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
  *   of `out16` is set (1, 2, 4), rounded to nearest even into y16, cs16, sav16 (NaN kept). The
  *   float32 sequences stay the recurrence's state (h[t-1] is read from y), so the values are
  *   those the conversion kernels (cl/storage.cl) would give. */
-/* (16-bit calls compute in float32; the storage code is a kernel argument, so they share the
- * programs of float32 calls: fixing it at build time measured 1-3 % faster, at one more build per
- * layer and 16-bit dtype) */
-#define PYRNN_IO16 (PYRNN_DTYPE == 1)
+#define PYRNN_IO16 (PYRNN_DTYPE == 1)      /* (16-bit calls compute in float32) */
 
 #if PYRNN_IO16
 /* dst[i] = src[i] widened, i < n: work-item l of L takes 8 consecutive values at a time (one
