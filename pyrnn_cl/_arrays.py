@@ -437,6 +437,17 @@ def common_dtype(named):
     return dtype, first
 
 
+def _zero_offset(queue, a: cla.Array) -> cla.Array:
+    """``a``, or a copy of its values in a buffer of its own where it starts at an offset into
+    its buffer (kernels take buffers, not offsets)."""
+    if not a.offset:
+        return a
+    b = cla.empty(queue, a.shape, a.dtype)
+    if a.size:
+        cl.enqueue_copy(queue, b.base_data, a.base_data, src_offset=a.offset, byte_count=a.nbytes)
+    return b
+
+
 class Call:
     """Device, dtype and output kind of one op call.
 
@@ -551,13 +562,7 @@ class Call:
                 return cla.empty(self.queue, a.shape, self.dtype), False
             return _upload(self.queue, a, self.dtype, self.numpy_out), False
         self._check_device_array(name, a)
-        if a.offset:
-            b = cla.empty(self.queue, a.shape, a.dtype)
-            if a.size:
-                cl.enqueue_copy(self.queue, b.base_data, a.base_data, src_offset=a.offset,
-                                byte_count=a.nbytes)
-            return b, False
-        return a, False
+        return _zero_offset(self.queue, a), False
 
     def stored(self, name, a, shape=None):
         """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
@@ -580,7 +585,9 @@ class Call:
             return self.dev(name, a)
         if isinstance(a, cla.Array):
             self._check_device_array(name, a)
-            return a
+            # kernels take a buffer without an offset (the whole-sequence forward's and
+            # backward's 16-bit arguments): a view into a larger array is copied out
+            return _zero_offset(self.queue, a)
         check_memory(self.device, name, [a.nbytes])
         if a.size == 0:
             return cla.empty(self.queue, a.shape, self.storage)

@@ -115,8 +115,15 @@ def f64(arrays):
     return {k: np.asarray(v, np.float64) for k, v in arrays.items()}
 
 
-def to_device(device, a):
-    return None if a is None else cla.to_device(device.queue, a)
+def to_device(device, a, offset=0):
+    """``a`` on the device; with ``offset``, a view ``offset`` elements into a larger array
+    whose first elements hold other values."""
+    if a is None:
+        return None
+    if not offset:
+        return cla.to_device(device.queue, a)
+    flat = np.concatenate([np.full(offset, 7, a.dtype), a.reshape(-1)])
+    return cla.to_device(device.queue, flat)[offset:].reshape(a.shape)
 
 
 # =================================================================================================
@@ -337,14 +344,16 @@ def mps_case(kind, dtype, shape=S.PRIME, bidirectional=False, seed=0, scale=None
     return rounded(inputs, dtype)
 
 
-def check_mps(device, kind, desc, inputs, dtype, device_arrays=False, seed=100):
+def check_mps(device, kind, desc, inputs, dtype, device_arrays=False, seed=100, offset=0):
     """Forward outputs (h, c, z_state) and every gradient vs mps_ref on the rounded inputs;
-    returns the arguments as passed (device arrays with ``device_arrays``)."""
+    returns the arguments as passed (device arrays with ``device_arrays``, each ``offset``
+    elements into its buffer, as are the gradient op's own inputs)."""
     T, N = inputs["source"].shape[:2]
     H = inputs["recurrent_weight"].shape[-1]
     D = 2 if desc.bidirectional else 1
     tdesc = training_desc(kind, desc)
-    args = {k: to_device(device, v) for k, v in inputs.items()} if device_arrays else inputs
+    args = ({k: to_device(device, v, offset) for k, v in inputs.items()} if device_arrays
+            else inputs)
     src, R = args["source"], args["recurrent_weight"]
     rest = {k: v for k, v in args.items() if k not in ("source", "recurrent_weight")}
     lib = {"rnn": rc.single_gate_rnn, "lstm": rc.lstm, "gru": rc.gru}[kind]
@@ -365,9 +374,10 @@ def check_mps(device, kind, desc, inputs, dtype, device_arrays=False, seed=100):
     dhn = rng.standard_normal((N, D * H)).astype(dtype)
     dcn = rng.standard_normal((N, D * H)).astype(dtype) if kind == "lstm" else None
     if device_arrays:
-        saved = [to_device(device, o) for o in out]
-        got = lib_gradients(kind, args, desc, device, to_device(device, dy),
-                            to_device(device, dhn), to_device(device, dcn), saved=saved)
+        saved = [to_device(device, o, offset) for o in out]
+        got = lib_gradients(kind, args, desc, device, to_device(device, dy, offset),
+                            to_device(device, dhn, offset), to_device(device, dcn, offset),
+                            saved=saved)
         assert all(isinstance(g, cla.Array) for g in got)
     else:
         got = lib_gradients(kind, inputs, desc, device, dy, dhn, dcn, saved=out)
@@ -403,6 +413,17 @@ def test_mps_shapes(device, kind, shape, dtype):
     """The layer tests' awkward shapes (vector tails, one unit, one row, 13 rows, one step)."""
     desc = desc_of(kind, **default_flags(kind))
     check_mps(device, kind, desc, mps_case(kind, dtype, shape, seed=7), dtype)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_mps_device_arrays_at_an_offset(device, kind, dtype):
+    """Device arrays that start 5 elements into their buffers (views of larger arrays): every
+    input, forward and gradient, is read from its view's start, also where a kernel widens it
+    itself (an input weight: the whole-sequence kernels), and where it is read as stored."""
+    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
+    inputs = mps_case(kind, dtype, seed=4, bidirectional=True)
+    check_mps(device, kind, desc, inputs, dtype, device_arrays=True, offset=5)
 
 
 @pytest.mark.parametrize("dtype", STORAGE)
