@@ -237,6 +237,10 @@ _SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "p
 #: the results it narrows, by their bit in the kernel's ``in16`` and ``out16`` arguments
 _WIDEN_BITS = {"x": 1, "xb": 2, "h0": 4, "c0": 8}
 _NARROW_BITS = {"y": 1, "cs": 2, "sav": 4}
+#: ... and its backward the inputs its kernels read in 16 bits (bits of ``rd16``), and those its
+#: whole-sequence kernel widens first (``widen_grad_inputs``, bits of ``in16``)
+_BWD_READ_BITS = {"sav": 1, "cs": 2, "dy": 4}
+_BWD_WIDEN_BITS = {"y": 1, "dhn": 2, "dcn": 4, "h0": 8, "c0": 16, "x": 32}
 
 
 def _sig(kernel: str) -> KernelSignature:
@@ -727,8 +731,9 @@ class Recurrence:
 
     def _bit_args(self, mask: str, bits: dict[str, int], arrays: dict[str, cla.Array]
                   ) -> dict[str, object]:
-        """``pyrnn_fwd_seq``'s 16-bit arguments of one side (inputs: ``in16`` and
-        :data:`_WIDEN_BITS`; results: ``out16`` and :data:`_NARROW_BITS`): the bit mask
+        """A whole-sequence kernel's 16-bit arguments of one side (``pyrnn_fwd_seq``'s inputs:
+        ``in16`` and :data:`_WIDEN_BITS`, its results: ``out16`` and :data:`_NARROW_BITS`;
+        ``pyrnn_bwd_seq``'s inputs: ``in16`` and :data:`_BWD_WIDEN_BITS`): the bit mask
         ``mask`` of the ``arrays`` given (by name), and the buffer ``<name>16`` of each name of
         ``bits`` (the dummy where not given)."""
         args: dict[str, object] = {f"{name}16": arrays[name].base_data if name in arrays
@@ -778,15 +783,30 @@ class Recurrence:
         ``full``: one chunk of every step, and the gate gradients ``dgx`` (input side,
         ``[T][N][D*G*H]``) and ``dgh`` (hidden side; the same array unless the cell keeps them
         apart: ``CellSpec.separate_dgh``, a GRU) are returned. Returns :class:`Gradients`.
+
+        A 16-bit call (the layer's weights of a 16-bit storage dtype) may give the saved
+        sequences (``fwd.sav``, ``fwd.y``, ``fwd.cs``), the upstream gradients (``dy``,
+        ``dhn``, ``dcn``), the initial states and the source ``targets.inputs.x`` in that
+        dtype. Where the whole-sequence kernel runs, its first launch widens them itself
+        (``widen_grad_inputs`` in ``cl/recurrence.cl``: no conversion launch before it); any
+        other path widens them first, in one launch.
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
+        dt, dev = self.dtype, self.device
+        # Absent upstream gradients are passed as zeros rather than compiled out: one backward
+        # program per cell configuration instead of one per subset of given gradients (each
+        # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
+        flags = dict(HAS_DY=int(upstream.dy is not None or bool(T and N)), HAS_DHN=1,
+                     HAS_DCN=int(self.cell.has_c), HAS_DCS=int(upstream.dcs is not None))
+        prog = self._program(**flags)
+        fwd, layer, upstream, inputs, read16, seq16 = self._grad_inputs(
+            fwd, layer, upstream, targets.inputs,
+            in_kernel=bool(T and N) and self._whole_sequence(prog, "pyrnn_bwd_seq"))
         R, h0, c0, hb, peep = layer.R, layer.h0, layer.c0, layer.hb, layer.peep
         mask, lens, w_proj = layer.mask, layer.lens, layer.w_proj
         dy, dhn, dcn, dcs = upstream.dy, upstream.dhn, upstream.dcn, upstream.dcs
         dh0, dc0, dR, dwp = targets.dh0, targets.dc0, targets.dR, targets.dwp
-        inputs = targets.inputs
         GH, P = G * H, self.P
-        dt, dev = self.dtype, self.device
         steps = self.chunk_steps(full)
         self._check_memory(backward=True, steps=steps)
         ring = steps < T
@@ -808,18 +828,12 @@ class Recurrence:
             dpeep = self._new("dpeep", (D * GH,), pooled=False)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
             fill(inputs.dx, 0)    # both directions add to every step, in different chunks
-        # Absent upstream gradients are passed as zeros rather than compiled out: one backward
-        # program per cell configuration instead of one per subset of given gradients (each
-        # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
-        if dy is None and T and N:
+        if dy is None and T and N:      # (zeros: see flags above)
             dy = self._new("dy", (T, N, D * K), pooled=False, zeros=True)
         if dhn is None:     # every (d, n) reads the same row of zeros
             dhn = StateView(read_only_zeros(dev, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:
             dcn = StateView(read_only_zeros(dev, dt, H), 0, 0)
-        flags = dict(HAS_DY=int(dy is not None), HAS_DHN=1, HAS_DCN=int(self.cell.has_c),
-                     HAS_DCS=int(dcs is not None))
-        prog = self._program(**flags)
         c0 = c0 or StateView(self._dummy, 0, 0)
         dc0 = dc0 or StateView(self._dummy, 0, 0)
         dcn_v = dcn or StateView(self._dummy, 0, 0)
@@ -864,7 +878,7 @@ class Recurrence:
                        carry_h=carry_h.base_data, carry_c=self._or_dummy(carry_c),
                        **_state_args("dh0", dh0), **_state_args("dc0", dc0),
                        **_state_args("h0", h0), **_state_args("c0", c0),
-                       mask=self._or_dummy(mask), clip=dt.type(self.clip))
+                       mask=self._or_dummy(mask), clip=dt.type(self.clip), **read16)
             if self.cell.two_phase:
                 bwd_b = dict(base, sav=fwd.sav.base_data, dgx=dgx.base_data, dgh=dgh.base_data,
                              rt=rt.base_data, zrow=zrow.base_data, y=y.base_data,
@@ -877,26 +891,29 @@ class Recurrence:
         for s_lo, s_hi in bounds:
             if N:
                 assert bwd is not None      # built above whenever N
-                self._backward_chunk(prog, s_lo, s_hi, bwd, bwd_b, proj)
+                self._backward_chunk(prog, s_lo, s_hi, bwd, bwd_b, proj, seq16)
+                seq16 = dict(seq16, in16=_I32(0))      # (widened by the first chunk's launch)
             chunk = _Chunk(s_lo, s_hi, s_hi == T, dgx, dgh, dr)
             self._chunk_weight_gradients(chunk, fwd, dpeep, dR, dwp, h0=h0, c0=c0, mask=mask,
-                                         lens=lens)
+                                         lens=lens, read16=read16)
             if inputs is not None:
                 self._chunk_input_gradients(chunk, inputs)
         return Gradients(dgx=dgx if full else None, dgh=dgh if full else None, dR=dR_out,
                          dwp=dwp_out, dpeep=dpeep)
 
     def _backward_chunk(self, prog, s_lo, s_hi, bwd: dict[str, object],
-                        bwd_b: dict[str, object] | None, proj: dict[str, object] | None):
+                        bwd_b: dict[str, object] | None, proj: dict[str, object] | None,
+                        seq16: dict[str, object]):
         """Enqueue the steps ``s_hi-1 .. s_lo`` of the backward (and, in the last chunk, the
         pseudo-step -1 that writes the gradients of h0 and c0): one launch for the chunk when
         :meth:`_whole_sequence` allows, else per step the projection, cell and second GRU
         kernels. ``bwd``, ``bwd_b`` (two-phase cells) and ``proj`` (projection): the arguments
-        of those kernels by name, but the steps."""
+        of those kernels by name, but the steps; ``seq16``: the whole-sequence kernel's 16-bit
+        arguments (:meth:`_grad_inputs`)."""
         H, last = self.H, s_lo == 0
         span = dict(s_lo=_I32(s_lo), s_hi=_I32(s_hi))
         if self._fused_launch(prog, "pyrnn_bwd_seq",
-                              dict(bwd, s_last=_I32(-1 if last else s_lo), **span)):
+                              dict(bwd, s_last=_I32(-1 if last else s_lo), **span, **seq16)):
             return
         kernels = []
         if proj is not None:
@@ -909,15 +926,68 @@ class Recurrence:
         if last:   # pseudo-step -1: gradients of h0 and c0 (no second GRU phase there)
             self._run_steps(first_phase, [-1])
 
+    def _grad_inputs(self, fwd: Saved, layer: LayerInputs, upstream: Upstream,
+                     inputs: InputSide | None, in_kernel: bool):
+        """``(fwd, layer, upstream, inputs, read16, seq16)``: the backward's arguments without
+        16-bit arrays (:meth:`backward`), and the 16-bit arguments of its kernels (``read16``:
+        the step, ``pyrnn_gather_hin`` and ``pyrnn_peep_grad`` kernels; ``seq16``:
+        ``pyrnn_bwd_seq``'s own).
+
+        ``in_kernel`` (the whole-sequence kernel runs): the kernels read the saved gates, the
+        cell states and ``dy`` as they are (:data:`_BWD_READ_BITS`; the dummy stands in their
+        float32 place) and ``pyrnn_bwd_seq`` widens the rest (:data:`_BWD_WIDEN_BITS`) into
+        pooled float32 arrays of the same shapes. Otherwise every one is widened here, in one
+        launch. The source counts only where the input weight's gradient reads it."""
+        x = inputs.x if inputs is not None and inputs.dw is not None else None
+        given = dict(sav=fwd.sav, cs=fwd.cs, y=fwd.y, dy=upstream.dy,
+                     dhn=upstream.dhn.array if upstream.dhn is not None else None,
+                     dcn=upstream.dcn.array if upstream.dcn is not None else None,
+                     h0=layer.h0.array, c0=layer.c0.array if layer.c0 is not None else None,
+                     x=x)
+        arrays16 = {name: a for name, a in given.items()
+                    if a is not None and a.dtype != self.dtype}
+        assert all(a.dtype == self.weights for a in arrays16.values()), "inputs of another dtype"
+        read = {n: a for n, a in arrays16.items() if n in _BWD_READ_BITS} if in_kernel else {}
+        widened = {n: a for n, a in arrays16.items() if n not in read}
+        s16 = _I32(dtype_code(self.weights) if arrays16 else 0)
+        read16 = dict(self._bit_args("rd16", _BWD_READ_BITS, read), s16=s16)
+        seq16 = dict(self._bit_args("in16", _BWD_WIDEN_BITS, widened if in_kernel else {}),
+                     I=_I32(0), xs=self._dummy.base_data)
+        if not arrays16:
+            return fwd, layer, upstream, inputs, read16, seq16
+        names = list(widened)
+        if in_kernel:
+            wide = {name: temporary(self.device, widened[name].shape, self.dtype)
+                    for name in names}
+            if inputs is not None and "x" in wide:
+                seq16.update(I=_I32(inputs.I), xs=wide["x"].base_data)
+        else:
+            wide = dict(zip(names, widen_many(self.device, [widened[n] for n in names],
+                                              self.weights)))
+        wide.update({name: self._dummy for name in read})
+
+        def state(view, name):
+            return dataclasses.replace(view, array=wide[name]) if name in wide else view
+
+        fwd = dataclasses.replace(fwd, **{n: wide[n] for n in ("sav", "cs", "y") if n in wide})
+        upstream = dataclasses.replace(upstream, dy=wide.get("dy", upstream.dy),
+                                       dhn=state(upstream.dhn, "dhn"),
+                                       dcn=state(upstream.dcn, "dcn"))
+        layer = dataclasses.replace(layer, h0=state(layer.h0, "h0"), c0=state(layer.c0, "c0"))
+        if inputs is not None and "x" in wide:
+            inputs = dataclasses.replace(inputs, x=wide["x"])
+        return fwd, layer, upstream, inputs, read16, seq16
+
     def _chunk_times(self, chunk, d):
         """``(t0, t1)``: the times of direction ``d`` in ``chunk`` (row 0 holds ``t0``)."""
         if (self.rev_mask >> d) & 1:
             return self.T - chunk.s_hi, self.T - chunk.s_lo
         return chunk.s_lo, chunk.s_hi
 
-    def _chunk_weight_gradients(self, chunk, fwd: Saved, dpeep, dR, dwp, *, h0, c0, mask, lens):
+    def _chunk_weight_gradients(self, chunk, fwd: Saved, dpeep, dR, dwp, *, h0, c0, mask, lens,
+                                read16):
         """Add ``chunk``'s share to ``dR``, ``dW_proj`` and the peephole gradient (the first
-        chunk overwrites them)."""
+        chunk overwrites them). ``read16``: the 16-bit arguments (:meth:`_grad_inputs`)."""
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         GH, P, n = G * H, self.P, chunk.steps
         q, dt, dev = self.device.queue, self.dtype, self.device
@@ -945,7 +1015,7 @@ class Recurrence:
                              a_offset=(t_h0 - t0) * N * D * GH + d * GH, lda=D * GH,
                              b_offset=d * h0.sd, ldb=h0.sn, c_offset=c_off, beta=1.0)
             else:
-                hin, hr = self._gather_hin(chunk, fwd, h0, mask, lens)
+                hin, hr = self._gather_hin(chunk, fwd, h0, mask, lens, read16)
                 # gate rows [lo, hi) and their input; a two-phase cell's late block reads hr
                 parts = [(0, GH, hin)]
                 if hr is not None:
@@ -971,10 +1041,11 @@ class Recurrence:
                 pg, T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask),
                 s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), beta=dt.type(beta),
                 dgx=chunk.dgx.base_data, cs=self._or_dummy(fwd.cs if T else None),
-                **_state_args("c0", c0), lens=self._or_dummy(lens), dpeep=dpeep.base_data)
+                **_state_args("c0", c0), lens=self._or_dummy(lens), dpeep=dpeep.base_data,
+                s16=read16["s16"], rd16=read16["rd16"], cs16=read16["cs16"])
             enqueue(q, pg, (H, G, D))
 
-    def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens):
+    def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens, read16):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
         two-phase cell ``hr = hin . g`` (g its late gate, a GRU's r): the right-hand sides of
         the recurrent weight gradient where lengths, a mask or the late gate make them differ
@@ -992,7 +1063,8 @@ class Recurrence:
                 s_lo=_I32(chunk.s_lo), s_hi=_I32(chunk.s_hi), y=self._or_dummy(fwd.y),
                 **_state_args("h0", h0), mask=self._or_dummy(mask), lens=self._or_dummy(lens),
                 sav=fwd.sav.base_data, cs=self._or_dummy(fwd.cs), from_sav=_I32(fwd.y is None),
-                hin=hin.base_data, hr=self._or_dummy(hr))
+                hin=hin.base_data, hr=self._or_dummy(hr),
+                **{k: read16[k] for k in ("s16", "rd16", "sav16", "cs16")})
             enqueue(dev.queue, knl, (K // self.vw, N, n * D))
         return hin, hr
 

@@ -222,21 +222,20 @@ class _Layer:
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only
         self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
         b2 = secondary_bias if self.cell.needs_hn else None
-        # a gradient op's arrays are converted with the layer's own: one widening launch for
-        # up to CONVERT_SLOTS 16-bit arrays. A forward with an input weight hands its 16-bit
-        # source, bias and initial states to the engine as they are: its whole-sequence
-        # kernel widens them itself (Recurrence.forward), any other path in one launch.
+        # 16-bit arrays go to the engine as they are where its whole-sequence kernels widen
+        # them themselves (any other path widens them in one launch): a forward's source, bias
+        # and initial states when it has an input weight (Recurrence.forward), and every
+        # gradient-op array (Recurrence.backward; the bias is not read there, and the source
+        # only with an input weight). The rest is widened here, CONVERT_SLOTS per launch.
         grads = list(grads or ())
         inputs = [("source", source), ("bias", bias), ("init_state", init_state),
-                  ("init_cell", init_cell if self.cell.has_c else None)]
-        if q.converts and not grads and input_weight is not None:
-            self.x, self.b, h0, c0 = (q.stored(name, a) for name, a in inputs)
-            inputs = []
-        self.peep, b2, *rest = q.devs(("peephole", peephole), ("secondary_bias", b2), *inputs,
-                                      *grads)
-        if inputs:
-            self.x, self.b, h0, c0, *rest = rest
-        grad_d = rest
+                  ("init_cell", init_cell if self.cell.has_c else None)] + grads
+        as_stored = q.converts and (bool(grads) or input_weight is not None)
+        self.peep, b2, *rest = q.devs(("peephole", peephole), ("secondary_bias", b2),
+                                      *([] if as_stored else inputs))
+        if as_stored:
+            rest = [q.stored(name, a) for name, a in inputs]
+        self.x, self.b, h0, c0, *grad_d = rest
         self._grad_devs = {name: a for (name, _), a in zip(grads, grad_d)}
         # absent initial states: every (d, n) reads the same row of shared zeros
         zero = StateView(read_only_zeros(q.device, q.dtype, H), 0, 0)

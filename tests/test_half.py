@@ -32,6 +32,7 @@ from helpers.mps import (
     activated_z,
     default_flags,
     desc_of,
+    forward,
     grad_names,
     lib_gradients,
     ref_gradients,
@@ -305,6 +306,54 @@ def test_whole_sequence_forward_results_are_the_float32_results_rounded(
     wide = op(**{k: v.astype(np.float32) for k, v in a.items()}, descriptor=desc,
               device=device)
     assert len(got) == len(wide)
+    for g, w in zip(got, wide):
+        assert g.dtype == dtype
+        _same_bits(g, w.astype(dtype))
+
+
+@pytest.mark.oclgrind
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("kind, desc, present, chunk_rows", [
+    ("lstm", rc.LSTMDescriptor(bidirectional=True),
+     ("input_weight", "bias", "init_state", "init_cell"), 0),
+    ("lstm", rc.LSTMDescriptor(reverse=True), ("input_weight", "init_cell", "peephole"), 1),
+    ("lstm", rc.LSTMDescriptor(), ("init_state",), 0),
+    ("gru", rc.GRUDescriptor(reset_after=True, bidirectional=True),
+     ("input_weight", "bias", "init_state"), 1),
+    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"), ("input_weight", "init_state"), 0)],
+    ids=["lstm-bidi", "lstm-reverse-peephole-chunks", "lstm-no-input-weight",
+         "gru-bidi-chunks", "rnn"])
+def test_whole_sequence_backward_reads_its_16_bit_inputs(device, monkeypatch, dtype, kind, desc,
+                                                         present, chunk_rows):
+    """A 16-bit gradient op whose layer runs the whole-sequence backward converts none of its
+    inputs in a launch: its kernels read the saved gates, the cell states and the upstream
+    gradient as they are stored (``rd16``), and the first chunk's whole-sequence launch widens
+    the rest itself (``in16``: y, the final-state gradients, the initial states, the source).
+    Only the peepholes are widened by a launch. Its gradients are the float32 op's on the same
+    16-bit values, rounded by NumPy / ml_dtypes, bit for bit: reading 16-bit values changes no
+    value. ``chunk_rows`` 1: a backward chunk per step (the later chunks' launches widen
+    nothing, and the weight-gradient kernels after every chunk read the 16-bit saved values)."""
+    from helpers.device import override_tuning
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20,
+                    **({"REC_BWD_ROWS": chunk_rows} if chunk_rows else {}))
+    a = rounded(S.layer_inputs(kind, S.PRIME, bidirectional=desc.bidirectional,
+                               present=present), dtype)
+    T, N = a["source"].shape[:2]
+    DH = (2 if desc.bidirectional else 1) * a["recurrent_weight"].shape[-1]
+    rng = np.random.default_rng(11)
+    dy = rng.standard_normal((T, N, DH)).astype(dtype)
+    dhn = rng.standard_normal((N, DH)).astype(dtype)
+    dcn = rng.standard_normal((N, DH)).astype(dtype) if kind == "lstm" else None
+    saved = forward(kind, a, training_desc(kind, desc), device)
+    launched = _conversion_launches(monkeypatch)
+    got = lib_gradients(kind, a, desc, device, dy, dhn, dcn, saved=saved)
+    widened = [shapes for name, shapes in launched if name == "pyrnn_widen"]
+    assert widened == ([[a["peephole"].shape]] if "peephole" in a else []), launched
+    f32 = {k: v.astype(np.float32) for k, v in a.items()}
+    wide = lib_gradients(kind, f32, desc, device, dy.astype(np.float32),
+                         dhn.astype(np.float32), None if dcn is None else dcn.astype(np.float32),
+                         saved=[s.astype(np.float32) for s in saved])
+    assert len(got) == len(wide) == len(grad_names(kind, a))
     for g, w in zip(got, wide):
         assert g.dtype == dtype
         _same_bits(g, w.astype(dtype))

@@ -568,8 +568,52 @@ PYRNN_FUNC void widen_run(const int s16, __global real *dst, __global const usho
     }
 }
 
-/* The inputs this work-group reads, widened (see above); the work-group's work-items split
- * each array. A float32 destination is passed as the steps' read-only pointer. */
+/* The value (load16) and the REC_VW values (load16v) at p of a 16-bit array (storage code s16). */
+PYRNN_FUNC real load16(const int s16, __global const ushort *p)
+{
+    return s16 == 3 ? PYRNN_S16_LOAD(3, 0, (__global const half *)p) : PYRNN_S16_LOAD(4, 0, p);
+}
+
+PYRNN_FUNC realV load16v(const int s16, __global const ushort *p)
+{
+#if REC_VW == 1
+    return load16(s16, p);
+#else
+    return s16 == 3 ? PYRNN_S16_LOADN(3, REC_VW, (__global const half *)p)
+                    : PYRNN_S16_LOADN(4, REC_VW, p);
+#endif
+}
+
+/* Rows n0 .. n0+rows-1 of direction d of the steps t0, t0 + dt, .. < T of a [T][N][D][X] sequence
+ * (seq_off's layout) widened from src into dst: a run of rows * X values a step where D = 1, of X
+ * values a row otherwise; the work-group's work-items split each run. */
+PYRNN_FUNC void widen_seq_rows(const int s16, __global real *dst, __global const ushort *src,
+                               const int T, const int t0, const int dt, const int N, const int D,
+                               const int X, const int d, const int n0, const int rows,
+                               const int l, const int L)
+{
+    const int runs = D == 1 ? 1 : rows;
+    const long len = D == 1 ? (long)rows * X : X;
+    for (int t = t0; t < wi_bound(T); t += dt)
+        for (int b = 0; b < runs; ++b) {
+            const long o = seq_off(t, n0 + b, d, N, D, X);
+            widen_run(s16, dst + o, src + o, len, l, L);
+        }
+}
+
+/* Rows n0 .. n0+rows-1 of direction d of a [D][N] state of X values a row (strides sd, sn). */
+PYRNN_FUNC void widen_state_rows(const int s16, __global real *dst, __global const ushort *src,
+                                 const long sd, const long sn, const int X, const int d,
+                                 const int n0, const int rows, const int l, const int L)
+{
+    for (int b = 0; b < rows; ++b) {
+        const long o = d * sd + (n0 + b) * sn;
+        widen_run(s16, dst + o, src + o, X, l, L);
+    }
+}
+
+/* The forward's inputs this work-group reads, widened (see above). A float32 destination is
+ * passed as the steps' read-only pointer. */
 PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I, const int s16,
                              const int in16,
                              __global const ushort *x16, __global const real *xs,
@@ -582,21 +626,16 @@ PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I,
     const int HV = H / REC_VW, GH = CELL_G * H;
     const int d = get_global_id(1) / HV, l = get_local_id(1), L = get_local_size(1);
     const int n0 = row_group() * REC_NB, rows = min(REC_NB, N - n0);
-    if (in16 & 1) {          /* x [T][N][I]: this group's rows of every step (one run a step) */
-        for (int t = 0; t < wi_bound(T); ++t) {
-            const long off = ((long)t * N + n0) * I;
-            widen_run(s16, (__global real *)xs + d * xs_sd + off, x16 + off, (long)rows * I,
-                      l, L);
-        }
-    }
+    if (in16 & 1)            /* x [T][N][I]: this group's rows of every step, into d's copy */
+        widen_seq_rows(s16, (__global real *)xs + d * xs_sd, x16, T, 0, 1, N, 1, I, 0, n0, rows,
+                       l, L);
     if (in16 & 2)            /* b [D][G*H]: direction d's, into this group's copy */
         widen_run(s16, (__global real *)xb + row_group() * xb_sg + d * GH, xb16 + d * GH, GH,
                   l, L);
-    for (int b = 0; b < rows; ++b) {    /* h0, c0 [D][N][H] (strided): this group's rows */
-        const long oh = d * h0_sd + (n0 + b) * h0_sn, oc = d * c0_sd + (n0 + b) * c0_sn;
-        if (in16 & 4) widen_run(s16, (__global real *)h0 + oh, h016 + oh, H, l, L);
-        if (in16 & 8) widen_run(s16, (__global real *)c0 + oc, c016 + oc, H, l, L);
-    }
+    if (in16 & 4) widen_state_rows(s16, (__global real *)h0, h016, h0_sd, h0_sn, H, d, n0, rows,
+                                   l, L);
+    if (in16 & 8) widen_state_rows(s16, (__global real *)c0, c016, c0_sd, c0_sn, H, d, n0, rows,
+                                   l, L);
 }
 
 #if REC_VW == 1
@@ -868,6 +907,25 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 }
 #endif
 
+/* ---- 16-bit inputs of the backward ----------------------------------------------------------
+ * In a 16-bit call the backward kernels read the largest inputs, the saved gates (sav), the cell
+ * states (cs) and the upstream gradient dy, from the caller's 16-bit arrays (sav16, cs16, dy16),
+ * each where its bit of `rd16` is set (1, 2, 4): no conversion pass, half the bytes. The whole-
+ * sequence kernel widens the rest first (widen_grad_inputs: one work-group does its rows, so a
+ * pass over the large arrays there measured slower than the conversion launch it replaces).
+ * RD16(name, bit, o): REC_VW values at element o of input `name`, read from name16 where its bit
+ * is set. */
+#if PYRNN_IO16
+#define RD16(name, bit, o) ((rd16 & (bit)) ? load16v(s16, name##16 + (o)) : LOADV(name + (o)))
+#define RD16_1(name, bit, o) ((rd16 & (bit)) ? load16(s16, name##16 + (o)) : name[o])
+#else
+#define RD16(name, bit, o) LOADV(name + (o))
+#define RD16_1(name, bit, o) name[o]
+#endif
+#define RD16_SAV 1
+#define RD16_CS 2
+#define RD16_DY 4
+
 /* Arguments of the backward step kernels after (T, N, H, K, rev_mask, s). */
 #define BWD_PARAMS __global const real *sav, __global real *dgx, __global real *dgh, \
     __global const pack_t *wt, __global const real *zrow, __global const pack_t *rpk, \
@@ -880,10 +938,12 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     __global real *dc0, const long dc0_sd, const long dc0_sn, \
     __global const real *h0, const long h0_sd, const long h0_sn, \
     __global const real *c0, const long c0_sd, const long c0_sn, \
-    __global const real *mask, __global const int *lens, const real clip, CHUNK_PARAMS
+    __global const real *mask, __global const int *lens, const real clip, const int s16, \
+    const int rd16, __global const ushort *sav16, __global const ushort *cs16, \
+    __global const ushort *dy16, CHUNK_PARAMS
 #define BWD_ARGS sav, dgx, dgh, wt, zrow, rpk, hb, hb_off, hb_sd, peep, y, cs, dy, dhn, dhn_sd, \
     dhn_sn, dcn, dcn_sd, dcn_sn, dcs, carry_h, carry_c, dh0, dh0_sd, dh0_sn, dc0, dc0_sd, dc0_sn, \
-    h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, clip, CHUNK_ARGS
+    h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, mask, lens, clip, s16, rd16, sav16, cs16, dy16, CHUNK_ARGS
 
 /* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
@@ -935,7 +995,9 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
         const int nn = min(row[b].n, N - 1);
         const int tp = s < 0 ? -1 : prev_time(t, rev, row[b].len, T);
         hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, K) : h0 + d * h0_sd + nn * h0_sn;
-        crow[b] = tp >= 0 ? cs + seq_off(tp, nn, d, N, D, H) : c0 + d * c0_sd + nn * c0_sn;
+        /* (c[t-1] of a 16-bit cs is read below; the zero row stands in here) */
+        crow[b] = tp < 0 ? c0 + d * c0_sd + nn * c0_sn
+                         : (rd16 & RD16_CS) ? zrow : cs + seq_off(tp, nn, d, N, D, H);
         mrows[b] = mask + seq_off(max(t, 0), nn, d, N, D, H);
     }
 #if CELL_NEEDS_HN
@@ -1004,14 +1066,14 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #if HAS_PROJ
         dh = acc[b];
 #elif HAS_DY
-        dh += LOADV(dy + seq_off(t, n, d, N, D, K) + j);
+        dh += RD16(dy, RD16_DY, seq_off(t, n, d, N, D, K) + j);
 #endif
 #if HAS_DCS
         dc += LOADV(dcs + h_off + j);
 #endif
         realV sv[CELL_G], pv[CELL_G], dx[CELL_G], dhh[CELL_G], ch, cc;
         for (int k = 0; k < CELL_G; ++k) {
-            sv[k] = LOADV(sav + g_off + gate_blk(k) * H + j);
+            sv[k] = RD16(sav, RD16_SAV, g_off + gate_blk(k) * H + j);
 #if HAS_PEEP
             pv[k] = LOADV(peep + d * GH + gate_blk(k) * H + j);
 #else
@@ -1021,7 +1083,11 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
         realV hp, mv, cp;
         unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
 #if CELL_HAS_C
-        const realV cv = LOADV(cs + h_off + j);
+        if (rd16 & RD16_CS) {
+            const int tp = prev_time(t, rev, row[b].len, T);
+            if (tp >= 0) cp = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, H) + j);
+        }
+        const realV cv = RD16(cs, RD16_CS, h_off + j);
 #else
         const realV cv = VZERO;
 #endif
@@ -1053,13 +1119,63 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
     bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
 }
 
+#if PYRNN_IO16
+/* The backward's 16-bit inputs it does not read directly (see "16-bit inputs of the backward"),
+ * each where its bit of `in16` is set: y (1), dh[T] (2), dc[T] (4), h0 (8), c0 (16) and the
+ * source x (32), read from <name>16 and widened into the float32 buffers of the same names (x
+ * into xs), in the same layouts. Each work-group widens its batch rows of its direction, which
+ * only it reads; so no group waits for another. The source, which only the weight-gradient
+ * GEMMs after the kernel read, is split between the directions of a batch-row group by step
+ * (t = d, d + D, ..). */
+PYRNN_FUNC void widen_grad_inputs(const int T, const int N, const int H, const int K,
+                                  const int I, const int s16, const int in16,
+                                  __global const ushort *y16, __global const real *y,
+                                  __global const ushort *dhn16, __global const real *dhn,
+                                  const long dhn_sd, const long dhn_sn,
+                                  __global const ushort *dcn16, __global const real *dcn,
+                                  const long dcn_sd, const long dcn_sn,
+                                  __global const ushort *h016, __global const real *h0,
+                                  const long h0_sd, const long h0_sn,
+                                  __global const ushort *c016, __global const real *c0,
+                                  const long c0_sd, const long c0_sn,
+                                  __global const ushort *x16, __global real *xs)
+{
+    const int HV = H / REC_VW, D = get_global_size(1) / HV;
+    const int d = get_global_id(1) / HV, l = get_local_id(1), L = get_local_size(1);
+    const int n0 = row_group() * REC_NB, rows = min(REC_NB, N - n0);
+    if (in16 & 1) widen_seq_rows(s16, (__global real *)y, y16, T, 0, 1, N, D, K, d, n0, rows,
+                                 l, L);
+    if (in16 & 2) widen_state_rows(s16, (__global real *)dhn, dhn16, dhn_sd, dhn_sn, K, d, n0,
+                                   rows, l, L);
+    if (in16 & 4) widen_state_rows(s16, (__global real *)dcn, dcn16, dcn_sd, dcn_sn, H, d, n0,
+                                   rows, l, L);
+    if (in16 & 8) widen_state_rows(s16, (__global real *)h0, h016, h0_sd, h0_sn, K, d, n0, rows,
+                                   l, L);
+    if (in16 & 16) widen_state_rows(s16, (__global real *)c0, c016, c0_sd, c0_sn, H, d, n0,
+                                    rows, l, L);
+    if (in16 & 32) widen_seq_rows(s16, xs, x16, T, d, D, N, 1, I, 0, n0, rows, l, L);
+}
+#endif
+
 /* A chunk of the backward in one launch: steps s_hi-1 .. s_last (s_lo, or -1 in the last chunk:
  * the pseudo-step that writes the gradients of h0 and c0); work split and barriers as in
- * pyrnn_fwd_seq. */
+ * pyrnn_fwd_seq. In a 16-bit call (s16) the first chunk's launch widens the 16-bit inputs of in16
+ * first (widen_grad_inputs; 0 in the other chunks' launches); the pointers are unused otherwise. */
 __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int s_last, BWD_PARAMS)
+                            const int s_last, BWD_PARAMS, const int in16,
+                            __global const ushort *y16, __global const ushort *dhn16,
+                            __global const ushort *dcn16, __global const ushort *h016,
+                            __global const ushort *c016, const int I,
+                            __global const ushort *x16, __global real *xs)
 {
     LANE_BUF;
+#if PYRNN_IO16
+    if (in16)
+        widen_grad_inputs(T, N, H, K, I, s16, in16, y16, y, dhn16, dhn, dhn_sd, dhn_sn, dcn16, dcn,
+                          dcn_sd, dcn_sn, h016, h0, h0_sd, h0_sn, c016, c0, c0_sd, c0_sn, x16,
+                          xs);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
     for (int s = s_hi - 1; s >= s_last; --s) {
         bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
@@ -1150,7 +1266,9 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
                                const long h0_sn, __global const real *mask,
                                __global const int *lens, __global const real *sav,
                                __global const real *cs, const int from_sav,
-                               __global real *hin, __global real *hr)
+                               __global real *hin, __global real *hr, const int s16,
+                               const int rd16, __global const ushort *sav16,
+                               __global const ushort *cs16)
 {
     const int k = get_global_id(0) * REC_VW, n = get_global_id(1);
     const int D = get_global_size(2) / (s_hi - s_lo);
@@ -1167,10 +1285,11 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
         } else if (from_sav) {
             realV g[CELL_G];
             for (int q = 0; q < CELL_G; ++q)
-                g[q] = LOADV(sav + seq_off(tp, n, d, N, D, CELL_G * K) + gate_blk(q) * K + k);
+                g[q] = RD16(sav, RD16_SAV,
+                            seq_off(tp, n, d, N, D, CELL_G * K) + gate_blk(q) * K + k);
             realV c = VZERO;
 #if CELL_HAS_C
-            c = LOADV(cs + seq_off(tp, n, d, N, D, K) + k);
+            c = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, K) + k);
 #endif
             v = cell_h(g, c);
 #endif
@@ -1183,7 +1302,8 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
     }
     STOREV(v, hin + seq_off(i, n, d, N, D, K) + k);
 #if CELL_GA < CELL_G
-    STOREV(v * LOADV(sav + seq_off(t, n, d, N, D, CELL_G * K) + gate_blk(CELL_LATE_GATE) * K + k),
+    STOREV(v * RD16(sav, RD16_SAV, seq_off(t, n, d, N, D, CELL_G * K)
+                                   + gate_blk(CELL_LATE_GATE) * K + k),
            hr + seq_off(i, n, d, N, D, K) + k);
 #endif
 }
@@ -1197,7 +1317,8 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
                               const int s_lo, const int s_hi, const real beta,
                               __global const real *dgx, __global const real *cs,
                               __global const real *c0, const long c0_sd, const long c0_sn,
-                              __global const int *lens, __global real *dpeep)
+                              __global const int *lens, __global real *dpeep, const int s16,
+                              const int rd16, __global const ushort *cs16)
 {
     const int j = get_global_id(0), k = get_global_id(1), d = get_global_id(2);
     const int D = get_global_size(2), GH = CELL_G * H;
@@ -1208,8 +1329,9 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
         const int len = row_len(lens, n, T);
         for (int t = t0; t < min(t1, len); ++t) {
             const int tp = prev_time(t, rev, len, T);
-            real c = tp >= 0 ? cs[seq_off(tp, n, d, N, D, H) + j] : c0[d * c0_sd + n * c0_sn + j];
-            if (k == CELL_PEEP_NEW_C) c = cs[seq_off(t, n, d, N, D, H) + j];
+            real c = tp >= 0 ? RD16_1(cs, RD16_CS, seq_off(tp, n, d, N, D, H) + j)
+                             : c0[d * c0_sd + n * c0_sn + j];
+            if (k == CELL_PEEP_NEW_C) c = RD16_1(cs, RD16_CS, seq_off(t, n, d, N, D, H) + j);
             else if (!((CELL_PEEP_SLOTS >> k) & 1)) c = 0;
             acc += dgx[chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH) + blk] * c;
         }
