@@ -233,8 +233,8 @@ _SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "p
 
 
 #: a 16-bit call's whole-sequence forward converts its inputs and results itself
-#: (``cl/recurrence.cl``, ``widen_inputs`` and ``narrow_results``): the inputs it widens and
-#: the results it narrows, by their bit in the kernel's ``in16`` and ``out16`` arguments
+#: (``cl/recurrence.cl``: ``widen_inputs``, and ``NARROW16`` in its steps): the inputs it widens
+#: and the results it narrows, by their bit in the kernel's ``in16`` and ``out16`` arguments
 _WIDEN_BITS = {"x": 1, "xb": 2, "h0": 4, "c0": 8}
 _NARROW_BITS = {"y": 1, "cs": 2, "sav": 4}
 #: ... and its backward the inputs its kernels read in 16 bits (bits of ``rd16``), and those its
@@ -582,17 +582,16 @@ class Recurrence:
 
         A 16-bit call (the layer's weights of a 16-bit storage dtype) converts in the
         whole-sequence kernel where it runs with the input product inside (``widen_inputs``
-        and ``narrow_results`` in ``cl/recurrence.cl``: no conversion launch before or after
-        it):
+        and ``NARROW16`` in ``cl/recurrence.cl``: no conversion launch before or after it):
 
         * ``x``, ``xb`` and the initial states ``layer.h0``, ``layer.c0`` may be given in the
           16-bit dtype; that kernel widens them itself, any other path widens them first (one
           launch for all);
         * ``narrow``: the results among ``"y"``, ``"cs"`` and ``"sav"`` that the caller needs
-          only in the 16-bit dtype. That kernel writes them narrowed after its last step and
-          the returned :class:`Saved` holds those 16-bit arrays; otherwise they come back in
-          float32, for the caller to narrow (``_arrays.Call.outs`` narrows only what is not
-          narrowed yet).
+          only in the 16-bit dtype. That kernel's steps write them narrowed as they store
+          them (the saved gates in 16 bits only) and the returned :class:`Saved` holds those
+          16-bit arrays; otherwise they come back in float32, for the caller to narrow
+          (``_arrays.Call.outs`` narrows only what is not narrowed yet).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt = self.dtype
@@ -657,10 +656,11 @@ class Recurrence:
                     hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
                     **xargs)
+        # (the step kernels narrow as they store: the whole-sequence kernel only, so far)
         narrowed = (self._narrowed(out, narrow)
                     if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
         s16 = dtype_code(self.weights) if self.weights != dt else 0    # 16-bit call: 3 or 4
-        seq16.update(self._bit_args("out16", _NARROW_BITS, narrowed), s16=_I32(s16))
+        args.update(self._bit_args("out16", _NARROW_BITS, narrowed), s16=_I32(s16))
         if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T), **seq16)):
             return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]

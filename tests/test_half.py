@@ -240,7 +240,7 @@ def test_whole_sequence_forward_converts_its_own_inputs_and_results(device, monk
                                                                     vw, H, I):
     """A 16-bit forward on the whole-sequence kernel with the input product inside reads its
     16-bit source, bias and initial state and writes its 16-bit results itself (``s16``,
-    ``widen_inputs`` and ``narrow_results`` in ``cl/recurrence.cl``), with no conversion
+    ``widen_inputs`` and ``NARROW16`` in ``cl/recurrence.cl``), with no conversion
     launch before or after it; the results are rounded as NumPy (float16) and ml_dtypes
     (bfloat16) round float32, ties to even, overflow to infinity and NaN kept. A linear
     vanilla cell with R = 0 and W = I makes every result y[t] = x[t] + b, a float32 sum of

@@ -411,126 +411,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
     for (int b = 0; b < REC_NB; ++b) acc[b] += a0[b] + a1[b];
 }
 
-/* ---- forward ----------------------------------------------------------------------------- */
-
-/* Arguments of the forward step kernels after (T, N, H, K, rev_mask, s). */
-#define FWD_PARAMS __global real *gx, __global const pack_t *rpk, \
-    __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
-    __global real *y, __global real *cs, __global real *hs, \
-    __global const real *h0, const long h0_sd, const long h0_sn, \
-    __global const real *c0, const long c0_sd, const long c0_sn, \
-    __global const real *mask, __global const int *lens, const real clip, \
-    __global const real *xs, const long xs_sd, __global const pack_t *wpk, \
-    __global const real *xb, const long xb_sg, const int I
-#define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
-    mask, lens, clip, xs, xs_sd, wpk, xb, xb_sg, I
-
-/* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
-PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
-                         const int s, FWD_PARAMS LANE_PARAM)
-{
-    const int HV = H / REC_VW, GH = CELL_G * H;
-    const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
-    const int rev = (rev_mask >> d) & 1;
-    const int t = rev ? T - 1 - s : s;
-
-    __global const real *hrow[REC_NB];   /* h[t-1] (y row or h0) */
-    __global const real *mrows[REC_NB];  /* mask row (HAS_MASK) */
-    __global const real *crow[REC_NB];   /* c[t-1] (cs row or c0) */
-    int nrow[REC_NB], valid[REC_NB];
-    for (int b = 0; b < REC_NB; ++b) {
-        const int n = row_group() * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
-        const int tp = prev_time(t, rev, len, T);
-        nrow[b] = n;
-        valid[b] = n < N && t < len;
-        hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, K) : h0 + d * h0_sd + nn * h0_sn;
-        crow[b] = tp >= 0 ? cs + seq_off(tp, nn, d, N, D, H) : c0 + d * c0_sd + nn * c0_sn;
-        mrows[b] = mask + seq_off(t, nn, d, N, D, H);
-    }
-
-    realV acc[REC_NB][CELL_G];
-    for (int b = 0; b < REC_NB; ++b)
-        for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
-    __global const pack_t *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
-    packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
-    LANE_SUM(&acc[0][0], REC_NB * CELL_G);
-#if HAS_XW
-    /* the input side x[t] W^T of every gate, from the source rows [T][N][I] and W packed like R
-     * (its own accumulators: a GRU keeps the input and hidden sides apart) */
-    realV accx[REC_NB][CELL_G];
-    __global const real *xrow[REC_NB];
-    for (int b = 0; b < REC_NB; ++b) {
-        xrow[b] = xs + d * xs_sd + ((long)t * N + min(nrow[b], N - 1)) * I;
-        for (int k = 0; k < CELL_G; ++k) accx[b][k] = VZERO;
-    }
-    packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
-                   0, CELL_G, 0);
-    LANE_SUM(&accx[0][0], REC_NB * CELL_G);
-#endif
-    LANES_DONE();
-
-    for (int b = 0; b < REC_NB; ++b) {
-        const int n = nrow[b];
-        if (n >= N) continue;
-        const long g_off = seq_off(t, n, d, N, D, GH);
-        if (!valid[b]) {
-            for (int k = 0; k < CELL_G; ++k) STOREV(VZERO, gx + g_off + gate_blk(k) * H + j);
-#if CELL_HAS_C
-            STOREV(VZERO, cs + seq_off(t, n, d, N, D, H) + j);
-#endif
-#if HAS_PROJ
-            STOREV(VZERO, hs + seq_off(t, n, d, N, D, H) + j);
-#else
-            STOREV(VZERO, y + seq_off(t, n, d, N, D, K) + j);
-#endif
-            continue;
-        }
-        realV gxv[CELL_G], ghv[CELL_G], pv[CELL_G], sav[CELL_G], h, c;
-        for (int k = 0; k < CELL_G; ++k) {
-            const int blk = gate_blk(k) * H + j;
-#if HAS_XW
-            gxv[k] = accx[b][k] + LOADV(xb + row_group() * xb_sg + d * GH + blk);
-#else
-            gxv[k] = LOADV(gx + g_off + blk);
-#endif
-            ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
-#if HAS_HB
-            if (k < CELL_GA) ghv[k] += LOADV(hb + hb_off + d * hb_sd + blk);
-#endif
-#if HAS_PEEP
-            pv[k] = LOADV(peep + d * GH + blk);
-#else
-            pv[k] = VZERO;
-#endif
-            sav[k] = VZERO;
-        }
-        realV hp, mv, cp;
-        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
-        cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
-        for (int k = 0; k < CELL_GA; ++k) STOREV(sav[k], gx + g_off + gate_blk(k) * H + j);
-#if CELL_HAS_C
-        STOREV(c, cs + seq_off(t, n, d, N, D, H) + j);
-#endif
-#if CELL_GA < CELL_G
-        STOREV(h, hs + ((long)d * N + n) * H + j);      /* h[t-1] . r . m for pyrnn_fwd_b */
-#elif HAS_PROJ
-        STOREV(h, hs + seq_off(t, n, d, N, D, H) + j);  /* projected by pyrnn_proj */
-#else
-        STOREV(h, y + seq_off(t, n, d, N, D, K) + j);
-#endif
-    }
-}
-
-/* One step per launch (the host enqueues the T steps back to back). */
-__kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
-                        const int s, FWD_PARAMS)
-{
-    LANE_BUF;
-    fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
-}
-
-/* ---- 16-bit inputs and results of the whole-sequence forward ----------------------------------
+/* ---- 16-bit inputs and results of the whole-sequence kernels ----------------------------------
  * A call whose arrays are float16 or bfloat16 computes in float32. Its whole-sequence forward
  * converts what it reads and writes itself, instead of a conversion launch before it and one
  * after it: on a CPU device each launch costs tens of microseconds, a tenth of a small layer's
@@ -545,10 +426,13 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
  *   (xs + d * xs_sd), b into its batch-row group's copy (xb + row_group() * xb_sg), and the
  *   rows of h0 and c0 it owns (the same layout and strides as the 16-bit arrays). Every value
  *   of a 16-bit dtype is a float32: the widening is exact.
- *   Results (narrow_results, after the last step): y, cs and the saved gates, each where its bit
- *   of `out16` is set (1, 2, 4), rounded to nearest even into y16, cs16, sav16 (NaN kept). The
- *   float32 sequences stay the recurrence's state (h[t-1] is read from y), so the values are
- *   those the conversion kernels (cl/storage.cl) would give. */
+ *   Results (NARROW16 in fwd_step, as each step stores them): y, cs and the saved gates, each
+ *   where its bit of `out16` is set (1, 2, 4), rounded to nearest even into y16, cs16, sav16 (NaN
+ *   kept) from the registers that hold them: no pass over the sequences after the last step (one
+ *   work-group does its rows, so such a pass took 10-20 % of a small training forward). The
+ *   float32 y and cs stay the recurrence's state (h[t-1] and c[t-1] are read from them), and
+ *   narrowed saved gates are not stored in float32 at all; the values are those the conversion
+ *   kernels (cl/storage.cl) would give. */
 #define PYRNN_IO16 (PYRNN_DTYPE == 1)      /* (16-bit calls compute in float32) */
 
 #if PYRNN_IO16
@@ -669,55 +553,159 @@ PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
 #endif
 }
 
-/* This work-item's results of every step narrowed into y16, cs16 and sav16 (layouts of y, cs and
- * gx), each where its bit of `out16` is set (1, 2, 4). The work-item reads only what it wrote
- * itself (its units and rows, zeros where a row had ended), so no barrier is needed first. */
-PYRNN_FUNC void narrow_results(const int T, const int N, const int H, const int K,
-                               const int s16, const int out16, __global const real *gx,
-                               __global const real *y, __global const real *cs,
-                               __global ushort *y16, __global ushort *cs16,
-                               __global ushort *sav16)
+/* v narrowed into name16 at element o where bit `bit` of out16 is set */
+#define NARROW16(bit, v, name, o) if (out16 & (bit)) store16v(s16, (v), name##16 + (o))
+#else
+#define NARROW16(bit, v, name, o)
+#endif
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* Arguments of the forward step kernels after (T, N, H, K, rev_mask, s). */
+#define FWD_PARAMS __global real *gx, __global const pack_t *rpk, \
+    __global const real *hb, const long hb_off, const long hb_sd, __global const real *peep, \
+    __global real *y, __global real *cs, __global real *hs, \
+    __global const real *h0, const long h0_sd, const long h0_sn, \
+    __global const real *c0, const long c0_sd, const long c0_sn, \
+    __global const real *mask, __global const int *lens, const real clip, \
+    __global const real *xs, const long xs_sd, __global const pack_t *wpk, \
+    __global const real *xb, const long xb_sg, const int I, const int s16, const int out16, \
+    __global ushort *y16, __global ushort *cs16, __global ushort *sav16
+#define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
+    mask, lens, clip, xs, xs_sd, wpk, xb, xb_sg, I, s16, out16, y16, cs16, sav16
+
+/* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
+PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
+                         const int s, FWD_PARAMS LANE_PARAM)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
     const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
-    for (int t = 0; t < wi_bound(T); ++t) {
-        for (int b = 0; b < REC_NB; ++b) {
-            const int n = row_group() * REC_NB + b;
-            if (n >= N) break;
-            if (out16 & 1) {
-                const long o = seq_off(t, n, d, N, D, K) + j;
-                store16v(s16, LOADV(y + o), y16 + o);
+    const int rev = (rev_mask >> d) & 1;
+    const int t = rev ? T - 1 - s : s;
+
+    __global const real *hrow[REC_NB];   /* h[t-1] (y row or h0) */
+    __global const real *mrows[REC_NB];  /* mask row (HAS_MASK) */
+    __global const real *crow[REC_NB];   /* c[t-1] (cs row or c0) */
+    int nrow[REC_NB], valid[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = row_group() * REC_NB + b, nn = min(n, N - 1), len = row_len(lens, nn, T);
+        const int tp = prev_time(t, rev, len, T);
+        nrow[b] = n;
+        valid[b] = n < N && t < len;
+        hrow[b] = tp >= 0 ? y + seq_off(tp, nn, d, N, D, K) : h0 + d * h0_sd + nn * h0_sn;
+        crow[b] = tp >= 0 ? cs + seq_off(tp, nn, d, N, D, H) : c0 + d * c0_sd + nn * c0_sn;
+        mrows[b] = mask + seq_off(t, nn, d, N, D, H);
+    }
+
+    realV acc[REC_NB][CELL_G];
+    for (int b = 0; b < REC_NB; ++b)
+        for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
+    __global const pack_t *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
+    packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
+    LANE_SUM(&acc[0][0], REC_NB * CELL_G);
+#if HAS_XW
+    /* the input side x[t] W^T of every gate, from the source rows [T][N][I] and W packed like R
+     * (its own accumulators: a GRU keeps the input and hidden sides apart) */
+    realV accx[REC_NB][CELL_G];
+    __global const real *xrow[REC_NB];
+    for (int b = 0; b < REC_NB; ++b) {
+        xrow[b] = xs + d * xs_sd + ((long)t * N + min(nrow[b], N - 1)) * I;
+        for (int k = 0; k < CELL_G; ++k) accx[b][k] = VZERO;
+    }
+    packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
+                   0, CELL_G, 0);
+    LANE_SUM(&accx[0][0], REC_NB * CELL_G);
+#endif
+    LANES_DONE();
+
+    for (int b = 0; b < REC_NB; ++b) {
+        const int n = nrow[b];
+        if (n >= N) continue;
+        const long g_off = seq_off(t, n, d, N, D, GH);
+        const long c_off = seq_off(t, n, d, N, D, H) + j, y_off = seq_off(t, n, d, N, D, K) + j;
+        if (!valid[b]) {
+            for (int k = 0; k < CELL_G; ++k) {
+                STOREV(VZERO, gx + g_off + gate_blk(k) * H + j);
+                if (k < CELL_GA) NARROW16(4, VZERO, sav, g_off + gate_blk(k) * H + j);
             }
 #if CELL_HAS_C
-            if (out16 & 2) {
-                const long o = seq_off(t, n, d, N, D, H) + j;
-                store16v(s16, LOADV(cs + o), cs16 + o);
+            STOREV(VZERO, cs + c_off);
+            NARROW16(2, VZERO, cs, c_off);
+#endif
+#if HAS_PROJ
+            STOREV(VZERO, hs + c_off);
+#else
+            STOREV(VZERO, y + y_off);
+            NARROW16(1, VZERO, y, y_off);
+#endif
+            continue;
+        }
+        realV gxv[CELL_G], ghv[CELL_G], pv[CELL_G], sav[CELL_G], h, c;
+        for (int k = 0; k < CELL_G; ++k) {
+            const int blk = gate_blk(k) * H + j;
+#if HAS_XW
+            gxv[k] = accx[b][k] + LOADV(xb + row_group() * xb_sg + d * GH + blk);
+#else
+            gxv[k] = LOADV(gx + g_off + blk);
+#endif
+            ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
+#if HAS_HB
+            if (k < CELL_GA) ghv[k] += LOADV(hb + hb_off + d * hb_sd + blk);
+#endif
+#if HAS_PEEP
+            pv[k] = LOADV(peep + d * GH + blk);
+#else
+            pv[k] = VZERO;
+#endif
+            sav[k] = VZERO;
+        }
+        realV hp, mv, cp;
+        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
+        cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
+        for (int k = 0; k < CELL_GA; ++k) {
+#if PYRNN_IO16
+            if (out16 & 4) {     /* (narrowed saved gates: nothing reads the float32 ones) */
+                store16v(s16, sav[k], sav16 + g_off + gate_blk(k) * H + j);
+                continue;
             }
 #endif
-            if (out16 & 4) {
-                for (int k = 0; k < CELL_GA; ++k) {
-                    const long o = seq_off(t, n, d, N, D, GH) + gate_blk(k) * H + j;
-                    store16v(s16, LOADV(gx + o), sav16 + o);
-                }
-            }
+            STOREV(sav[k], gx + g_off + gate_blk(k) * H + j);
         }
+#if CELL_HAS_C
+        STOREV(c, cs + c_off);
+        NARROW16(2, c, cs, c_off);
+#endif
+#if CELL_GA < CELL_G
+        STOREV(h, hs + ((long)d * N + n) * H + j);      /* h[t-1] . r . m for pyrnn_fwd_b */
+#elif HAS_PROJ
+        STOREV(h, hs + c_off);                          /* projected by pyrnn_proj */
+#else
+        STOREV(h, y + y_off);
+        NARROW16(1, h, y, y_off);
+#endif
     }
 }
-#endif
+
+/* One step per launch (the host enqueues the T steps back to back). */
+__kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
+                        const int s, FWD_PARAMS)
+{
+    LANE_BUF;
+    fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
+}
 
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
  * direction for its batch rows (local size (1, H/VW)), so the barrier after each step is the only
  * synchronisation h[t] needs; work-groups never wait for each other. For small layers, where a
  * launch per step would cost more than the step (no projection, single-phase cells). In a 16-bit
  * call (s16), the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed
- * at the end (see "16-bit inputs and results" above; the 16-bit pointers are unused otherwise). */
+ * as the steps store them (see "16-bit inputs and results" above; the 16-bit pointers are unused
+ * otherwise). */
 __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, const int rev_mask,
-                            const int steps, FWD_PARAMS, const int s16, const int in16,
+                            const int steps, FWD_PARAMS, const int in16,
                             __global const ushort *x16, __global const ushort *xb16,
-                            __global const ushort *h016, __global const ushort *c016,
-                            const int out16, __global ushort *y16, __global ushort *cs16,
-                            __global ushort *sav16)
+                            __global const ushort *h016, __global const ushort *c016)
 {
     LANE_BUF;
 #if PYRNN_IO16
@@ -730,9 +718,6 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
         fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
-#if PYRNN_IO16
-    if (out16) narrow_results(T, N, H, K, s16, out16, gx, y, cs, y16, cs16, sav16);
-#endif
 }
 
 #if CELL_GA < CELL_G
