@@ -933,11 +933,12 @@ class Recurrence:
         the step, ``pyrnn_gather_hin`` and ``pyrnn_peep_grad`` kernels; ``seq16``:
         ``pyrnn_bwd_seq``'s own).
 
-        ``in_kernel`` (the whole-sequence kernel runs): the kernels read the saved gates, the
-        cell states and ``dy`` as they are (:data:`_BWD_READ_BITS`; the dummy stands in their
-        float32 place) and ``pyrnn_bwd_seq`` widens the rest (:data:`_BWD_WIDEN_BITS`) into
-        pooled float32 arrays of the same shapes. Otherwise every one is widened here, in one
-        launch. The source counts only where the input weight's gradient reads it."""
+        The kernels read the saved gates, the cell states and ``dy`` as they are
+        (:data:`_BWD_READ_BITS`; the dummy stands in their float32 place), except for a
+        two-phase cell or a projection. With ``in_kernel`` (the whole-sequence kernel runs)
+        ``pyrnn_bwd_seq`` widens the rest (:data:`_BWD_WIDEN_BITS`) into pooled float32 arrays
+        of the same shapes; otherwise they are widened here, in one launch. The source counts
+        only where the input weight's gradient reads it."""
         x = inputs.x if inputs is not None and inputs.dw is not None else None
         given = dict(sav=fwd.sav, cs=fwd.cs, y=fwd.y, dy=upstream.dy,
                      dhn=upstream.dhn.array if upstream.dhn is not None else None,
@@ -947,7 +948,9 @@ class Recurrence:
         arrays16 = {name: a for name, a in given.items()
                     if a is not None and a.dtype != self.dtype}
         assert all(a.dtype == self.weights for a in arrays16.values()), "inputs of another dtype"
-        read = {n: a for n, a in arrays16.items() if n in _BWD_READ_BITS} if in_kernel else {}
+        # (the second kernel of a two-phase cell and the projection's read sav and dy in float32)
+        direct = not self.cell.two_phase and not self.P
+        read = {n: a for n, a in arrays16.items() if n in _BWD_READ_BITS} if direct else {}
         widened = {n: a for n, a in arrays16.items() if n not in read}
         s16 = _I32(dtype_code(self.weights) if arrays16 else 0)
         read16 = dict(self._bit_args("rd16", _BWD_READ_BITS, read), s16=s16)

@@ -313,28 +313,33 @@ def test_whole_sequence_forward_results_are_the_float32_results_rounded(
 
 @pytest.mark.oclgrind
 @pytest.mark.parametrize("dtype", STORAGE)
-@pytest.mark.parametrize("kind, desc, present, chunk_rows", [
+@pytest.mark.parametrize("kind, desc, present, chunk_rows, whole", [
     ("lstm", rc.LSTMDescriptor(bidirectional=True),
-     ("input_weight", "bias", "init_state", "init_cell"), 0),
-    ("lstm", rc.LSTMDescriptor(reverse=True), ("input_weight", "init_cell", "peephole"), 1),
-    ("lstm", rc.LSTMDescriptor(), ("init_state",), 0),
+     ("input_weight", "bias", "init_state", "init_cell"), 0, True),
+    ("lstm", rc.LSTMDescriptor(reverse=True), ("input_weight", "init_cell", "peephole"), 1, True),
+    ("lstm", rc.LSTMDescriptor(), ("init_state",), 0, True),
     ("gru", rc.GRUDescriptor(reset_after=True, bidirectional=True),
-     ("input_weight", "bias", "init_state"), 1),
-    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"), ("input_weight", "init_state"), 0)],
+     ("input_weight", "bias", "init_state"), 1, True),
+    ("rnn", rc.SingleGateRNNDescriptor(activation="tanh"), ("input_weight", "init_state"), 0,
+     True),
+    ("lstm", rc.LSTMDescriptor(bidirectional=True),
+     ("input_weight", "bias", "init_state", "init_cell", "peephole"), 1, False),
+    ("gru", rc.GRUDescriptor(reset_after=True), ("input_weight", "init_state"), 0, False)],
     ids=["lstm-bidi", "lstm-reverse-peephole-chunks", "lstm-no-input-weight",
-         "gru-bidi-chunks", "rnn"])
-def test_whole_sequence_backward_reads_its_16_bit_inputs(device, monkeypatch, dtype, kind, desc,
-                                                         present, chunk_rows):
-    """A 16-bit gradient op whose layer runs the whole-sequence backward converts none of its
-    inputs in a launch: its kernels read the saved gates, the cell states and the upstream
-    gradient as they are stored (``rd16``), and the first chunk's whole-sequence launch widens
-    the rest itself (``in16``: y, the final-state gradients, the initial states, the source).
-    Only the peepholes are widened by a launch. Its gradients are the float32 op's on the same
-    16-bit values, rounded by NumPy / ml_dtypes, bit for bit: reading 16-bit values changes no
-    value. ``chunk_rows`` 1: a backward chunk per step (the later chunks' launches widen
-    nothing, and the weight-gradient kernels after every chunk read the 16-bit saved values)."""
-    from helpers.device import override_tuning
-    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20,
+         "gru-bidi-chunks", "rnn", "lstm-bidi-peephole-steps", "gru-steps"])
+def test_16_bit_backward_reads_its_16_bit_inputs(device, monkeypatch, dtype, kind, desc, present,
+                                                 chunk_rows, whole):
+    """A 16-bit gradient op converts none of its saved gates, cell states and upstream
+    gradient in a launch: the backward kernels read them as they are stored (``rd16``). With
+    the whole-sequence backward (``whole``) the first chunk's launch widens the rest itself
+    (``in16``: y, the final-state gradients, the initial states, the source), and only the
+    peepholes are widened by a launch; with a launch per step (``whole`` False) the rest is
+    widened by one launch. Its gradients are the float32 op's on the same 16-bit values,
+    rounded by NumPy / ml_dtypes, bit for bit: reading 16-bit values changes no value.
+    ``chunk_rows`` 1: a backward chunk per step (the later chunks' launches widen nothing, and
+    the weight-gradient kernels after every chunk read the 16-bit saved values)."""
+    from helpers.device import PER_STEP, override_tuning
+    override_tuning(device, monkeypatch, **(dict(REC_SEQ_BYTES=1 << 20) if whole else PER_STEP),
                     **({"REC_BWD_ROWS": chunk_rows} if chunk_rows else {}))
     a = rounded(S.layer_inputs(kind, S.PRIME, bidirectional=desc.bidirectional,
                                present=present), dtype)
@@ -348,7 +353,14 @@ def test_whole_sequence_backward_reads_its_16_bit_inputs(device, monkeypatch, dt
     launched = _conversion_launches(monkeypatch)
     got = lib_gradients(kind, a, desc, device, dy, dhn, dcn, saved=saved)
     widened = [shapes for name, shapes in launched if name == "pyrnn_widen"]
-    assert widened == ([[a["peephole"].shape]] if "peephole" in a else []), launched
+    peephole = [[a["peephole"].shape]] if "peephole" in a else []
+    if whole:
+        assert widened == peephole, launched
+    else:   # one launch for what the kernels do not read as stored: y (GRU), states, source
+        assert widened[:len(peephole)] == peephole and len(widened) == len(peephole) + 1
+        shapes = widened[-1]
+        assert saved[-1].shape not in shapes, launched          # the saved gates
+        assert shapes.count(dy.shape) == (kind == "gru"), launched     # dy, cs: not; y: yes
     f32 = {k: v.astype(np.float32) for k, v in a.items()}
     wide = lib_gradients(kind, f32, desc, device, dy.astype(np.float32),
                          dhn.astype(np.float32), None if dcn is None else dcn.astype(np.float32),
