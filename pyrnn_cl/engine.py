@@ -787,16 +787,21 @@ class Recurrence:
         A 16-bit call (the layer's weights of a 16-bit storage dtype) may give the saved
         sequences (``fwd.sav``, ``fwd.y``, ``fwd.cs``), the upstream gradients (``dy``,
         ``dhn``, ``dcn``), the initial states and the source ``targets.inputs.x`` in that
-        dtype. Where the whole-sequence kernel runs, its first launch widens them itself
-        (``widen_grad_inputs`` in ``cl/recurrence.cl``: no conversion launch before it); any
-        other path widens them first, in one launch.
+        dtype: the kernels read the saved gates, the cell states and ``dy`` as they are, and
+        the whole-sequence kernel's first launch widens the rest, or one launch before the
+        others (:meth:`_grad_inputs`).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt, dev = self.dtype, self.device
+        steps = self.chunk_steps(full)
+        self._check_memory(backward=True, steps=steps)
         # Absent upstream gradients are passed as zeros rather than compiled out: one backward
         # program per cell configuration instead of one per subset of given gradients (each
         # PoCL build costs seconds); the zero fill is cheap next to the recurrence.
-        flags = dict(HAS_DY=int(upstream.dy is not None or bool(T and N)), HAS_DHN=1,
+        if upstream.dy is None and T and N:
+            upstream = dataclasses.replace(
+                upstream, dy=self._new("dy", (T, N, D * K), pooled=False, zeros=True))
+        flags = dict(HAS_DY=int(upstream.dy is not None), HAS_DHN=1,
                      HAS_DCN=int(self.cell.has_c), HAS_DCS=int(upstream.dcs is not None))
         prog = self._program(**flags)
         fwd, layer, upstream, inputs, read16, seq16 = self._grad_inputs(
@@ -807,8 +812,6 @@ class Recurrence:
         dy, dhn, dcn, dcs = upstream.dy, upstream.dhn, upstream.dcn, upstream.dcs
         dh0, dc0, dR, dwp = targets.dh0, targets.dc0, targets.dR, targets.dwp
         GH, P = G * H, self.P
-        steps = self.chunk_steps(full)
-        self._check_memory(backward=True, steps=steps)
         ring = steps < T
         rows = min(steps, T)     # (T = 0: empty buffers)
         dgx = self._new("dgx", (rows, N, D * GH), pooled=not full)   # (full: returned)
@@ -828,8 +831,6 @@ class Recurrence:
             dpeep = self._new("dpeep", (D * GH,), pooled=False)
         if inputs is not None and inputs.dx is not None and D > 1 and ring:
             fill(inputs.dx, 0)    # both directions add to every step, in different chunks
-        if dy is None and T and N:      # (zeros: see flags above)
-            dy = self._new("dy", (T, N, D * K), pooled=False, zeros=True)
         if dhn is None:     # every (d, n) reads the same row of zeros
             dhn = StateView(read_only_zeros(dev, dt, K), 0, 0)
         if dcn is None and self.cell.has_c:

@@ -222,9 +222,9 @@ class _Layer:
         self.R = q.stored("recurrent_weight", recurrent_weight)   # read by the packs only
         self.W = q.stored("input_weight", input_weight)   # read by the GEMMs and packs as stored
         b2 = secondary_bias if self.cell.needs_hn else None
-        # 16-bit arrays go to the engine as they are where its whole-sequence kernels widen
-        # them themselves (any other path widens them in one launch): a forward's source, bias
-        # and initial states when it has an input weight (Recurrence.forward), and every
+        # 16-bit arrays go to the engine as they are where its kernels read or widen them
+        # themselves (what they do not, the engine widens in one launch): a forward's source,
+        # bias and initial states when it has an input weight (Recurrence.forward), and every
         # gradient-op array (Recurrence.backward; the bias is not read there, and the source
         # only with an input weight). The rest is widened here, CONVERT_SLOTS per launch.
         grads = list(grads or ())

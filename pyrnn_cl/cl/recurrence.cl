@@ -664,13 +664,9 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
         cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
         for (int k = 0; k < CELL_GA; ++k) {
-#if PYRNN_IO16
-            if (out16 & 4) {     /* (narrowed saved gates: nothing reads the float32 ones) */
-                store16v(s16, sav[k], sav16 + g_off + gate_blk(k) * H + j);
-                continue;
-            }
-#endif
-            STOREV(sav[k], gx + g_off + gate_blk(k) * H + j);
+            const long o = g_off + gate_blk(k) * H + j;
+            NARROW16(4, sav[k], sav, o);
+            if (!(out16 & 4)) STOREV(sav[k], gx + o);  /* (narrowed: nothing reads float32 ones) */
         }
 #if CELL_HAS_C
         STOREV(c, cs + c_off);
