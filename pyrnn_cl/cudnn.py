@@ -56,6 +56,7 @@ from ._arrays import (
     check_shape,
     common_dtype,
     copied_at_creation,
+    empty,
     fill,
     is_array,
     sub_array,
@@ -461,6 +462,21 @@ class _Net:
                  bias=bw, bias_offset=lay.off_bw(l, d) if in_place else d * GH)
         return gx
 
+    def layer_forward(self, rec, params, l, x, layer, into):
+        """Layer ``l``'s forward (:meth:`engine.Recurrence.forward`) on its input ``x``, into
+        the reserve parts ``into``. Where the engine computes ``x W_l^T + bW`` inside its
+        whole-sequence kernel (small layers: no GEMM launch, no gx round trip) it reads
+        ``W_l`` and ``bW`` in ``params`` in place (a 16-bit ``bW`` widened first); otherwise
+        :meth:`input_gates` runs first."""
+        lay = self.lay
+        if lay.has_w(l) and rec.projects_in_kernel(lay.in_size(l)):
+            stride = lay.pseudo_size(l)
+            w = engine.Target(params, lay.off_w(l, 0), stride)
+            bw = (engine.Target(params, lay.off_bw(l, 0), stride) if params.dtype == self.dt
+                  else self.gather(params, lay.off_bw(l, 0), l, self.GH))
+            return rec.forward(None, layer, x=x, w=w, xb=bw, into=into)
+        return rec.forward(self.input_gates(params, l, x, into.sav), layer, into=into)
+
     def recurrence(self):
         return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,
                                  H=self.H, D=self.D, P=self.lay.P,
@@ -548,13 +564,12 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         for l in range(L):
             R, wp = net.weights(params_d, l)
             hb = net.hidden_bias(params_d, l)
-            gx = net.input_gates(params_d, l, x, views[l].sav)
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
             layer = engine.LayerInputs(R, net.view(h0, K),
                                        c0=net.view(c0, H) if net.lstm else None, hb=hb,
                                        lens=net.lens, w_proj=wp)
-            fwd = rec.forward(gx, layer, into=views[l])
+            fwd = net.layer_forward(rec, params_d, l, x, layer, views[l])
             hn, in_place = net.out_state(out_h, l, K)
             rec.final_state(fwd.y, K, net.view(h0, K), net.view(hn, K), net.lens)
             if not in_place:
@@ -781,12 +796,18 @@ class _Backprop:
         self.dh0_all = fresh((L * D, N, K))
         self.dc0_all = fresh((L * D, N, H)) if net.lstm else call.empty((0,))
         self.layers: list[_LayerBackprop] = []     # from the last layer down
+        self.res = None
         if net.empty_run:
             return
         params_d = call.stored("params", params)    # 16-bit: read as stored
-        self.res, h0_all, c0_all, x0 = call.devs(
-            ("reserve_space", reserve_space), ("input_h", input_h),
+        # a 16-bit reserve stays as stored (but with a projection, whose h before it the
+        # engine reads in float32): the engine's kernels read its saved gates and cell
+        # states in 16 bits and widen the layers' inputs themselves (Recurrence.backward)
+        reserve16 = call.converts and not lay.P
+        res, h0_all, c0_all, x0 = call.devs(
+            ("reserve_space", None if reserve16 else reserve_space), ("input_h", input_h),
             ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)))
+        self.res = call.stored("reserve_space", reserve_space) if reserve16 else res
         self.x0 = net.to_time_major(x0, net.I)
         self.parts, self.views = net.reserve_views(self.res)   # in place where addressable
         for l in range(L - 1, -1, -1):
@@ -813,7 +834,7 @@ class _Backprop:
         if view is not None:
             return view
         off, size = self.parts[l][name]
-        out = self.net.call.empty(self.net.part_shape(size))
+        out = empty(self.net.q, self.net.part_shape(size), self.res.dtype)
         _copy(self.net.q, out, 0, self.res, off, size)
         return out
 
@@ -831,10 +852,14 @@ class _Backprop:
                                                 output_c_backprop)
         self.done = True
         dparams, dh0_all, dc0_all = fill(self.dparams, 0), self.dh0_all, self.dc0_all
+        # with the reserve as stored, a 16-bit time-major dy too (the kernels read it so)
+        dy_stored = self.res is not None and self.res.dtype != net.dt and net.time_major
         dy, dhn_all, dcn_all = call.devs(
-            ("output_backprop", None if net.empty_run else output_backprop),
+            ("output_backprop", None if net.empty_run or dy_stored else output_backprop),
             ("output_h_backprop", output_h_backprop),
             ("output_c_backprop", output_c_backprop))
+        if dy_stored:
+            dy = call.stored("output_backprop", output_backprop)
         if net.empty_run:
             dx = call.zeros((T, N, net.I))
             if dhn_all is not None:

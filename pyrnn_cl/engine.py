@@ -269,19 +269,21 @@ def _state_args(name: str, view: StateView) -> dict[str, object]:
     return {a: view.array.base_data, sd: _I64(view.sd), sn: _I64(view.sn)}
 
 
-def _bias_args(bias: cla.Array | Target | None, width: int, dummy) -> dict[str, object]:
-    """The kernel arguments ``hb, hb_off, hb_sd`` of a hidden-side bias: direction ``d``'s
+def _bias_args(bias: cla.Array | Target | None, width: int, dummy,
+               name: str = "hb") -> dict[str, object]:
+    """The kernel arguments ``hb, hb_off, hb_sd`` of a hidden-side bias (or those of another
+    bias ``name``: ``xb``, the input bias of the in-kernel product): direction ``d``'s
     ``width`` values at element ``hb_off + d * hb_sd`` (a ``[D][width]`` array, or a
     :class:`Target` where the values lie, e.g. in the cuDNN dialect's params; absent: the
     dummy, never read)."""
     if bias is None:
-        return dict(hb=dummy.base_data, hb_off=_I64(0), hb_sd=_I64(0))
-    if isinstance(bias, Target):
+        buf, off, sd = dummy.base_data, 0, 0
+    elif isinstance(bias, Target):
         a = bias.array
-        return dict(hb=a.base_data, hb_off=_I64(a.offset // a.dtype.itemsize + bias.offset),
-                    hb_sd=_I64(bias.stride))
-    return dict(hb=bias.base_data, hb_off=_I64(bias.offset // bias.dtype.itemsize),
-                hb_sd=_I64(width))
+        buf, off, sd = a.base_data, a.offset // a.dtype.itemsize + bias.offset, bias.stride
+    else:
+        buf, off, sd = bias.base_data, bias.offset // bias.dtype.itemsize, width
+    return {name: buf, f"{name}_off": _I64(off), f"{name}_sd": _I64(sd)}
 
 
 def _dummy(device, dtype):
@@ -574,8 +576,11 @@ class Recurrence:
         :meth:`LayerPlan.projects_in_kernel` says so, any other one runs
         :func:`input_projection` first. ``sav`` is then a new array.
 
-        ``into``: arrays to write ``y``, ``cs`` and ``hs`` into (a :class:`Saved` with any of
-        those fields, e.g. parts of the cuDNN dialect's reserve space) instead of new ones.
+        ``into``: arrays to write ``y``, ``cs`` and ``hs`` (and, given ``x``, ``sav``) into (a
+        :class:`Saved` with any of those fields, e.g. parts of the cuDNN dialect's reserve
+        space) instead of new ones. ``w``, and a float32 ``xb``, may each be a :class:`Target`
+        inside another buffer (the cuDNN dialect's ``params``) where
+        :meth:`projects_in_kernel` holds.
         ``dropped``: results among ``"sav"`` and ``"cs"`` the caller does not keep (e.g. an
         inference forward's saved gates): their memory comes from the pool instead of fresh
         pages on every call.
@@ -595,13 +600,14 @@ class Recurrence:
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt = self.dtype
+        into = into or Saved()
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
-            if T and N and self.plan.projects_in_kernel(I):
-                prog_x = self._program(HAS_XW=1)
-                if self._whole_sequence(prog_x, "pyrnn_fwd_seq"):
-                    in_kernel = (prog_x, I)
+            if self.projects_in_kernel(I):
+                in_kernel = (self._program(HAS_XW=1), I)
+            assert in_kernel is not None or not isinstance(w, Target), \
+                "a weight inside another buffer is read by the in-kernel product only"
         inputs16 = self._inputs16(x, xb, layer)
         if inputs16 and in_kernel is None:      # read as float32: widened first
             x, xb, layer = self._widen_inputs(inputs16, x, xb, layer)
@@ -609,13 +615,13 @@ class Recurrence:
         R, h0, hb, lens = layer.R, layer.h0, layer.hb, layer.lens
         if x is not None:
             if in_kernel is None:
+                out = (into.sav.reshape((T * N, D * G * H)) if into.sav is not None
+                       else self._new("sav", (T * N, D * G * H), pooled="sav" in dropped))
                 gx = input_projection(self.device, dt, x, T * N, I, w, D * G * H, xb,
-                                      out=self._new("sav", (T * N, D * G * H),
-                                                    pooled="sav" in dropped)
-                                      ).reshape((T, N, D * G * H))
+                                      out=out).reshape((T, N, D * G * H))
             else:
-                gx = self._new("sav", (T, N, D * G * H), pooled="sav" in dropped)
-        into = into or Saved()
+                gx = into.sav if into.sav is not None else self._new(
+                    "sav", (T, N, D * G * H), pooled="sav" in dropped)
 
         def result(name, given, width):
             if given is None:
@@ -638,14 +644,17 @@ class Recurrence:
         c0 = layer.c0 or StateView(self._dummy, 0, 0)
         # the input projection inside the kernel (HAS_XW), or absent
         dummy = self._dummy.base_data
-        xargs = dict(xs=dummy, xs_sd=_I64(0), wpk=dummy, xb=dummy, xb_sg=_I64(0), I=_I32(0))
+        xargs = dict(xs=dummy, xs_sd=_I64(0), wpk=dummy, **_bias_args(None, 0, self._dummy, "xb"),
+                     xb_sg=_I64(0), I=_I32(0))
         seq16 = self._bit_args("in16", _WIDEN_BITS, {})
         if in_kernel is not None:
             prog, I = in_kernel
             wpk = self.pack(w, H, I, G, self.cell.gate_blocks, name="wpk_x")
             bias = xb if xb is not None else read_only_zeros(self.device, dt, D * G * H)
-            xargs = dict(xs=x.base_data, xs_sd=_I64(0), wpk=wpk.base_data, xb=bias.base_data,
-                         xb_sg=_I64(0), I=_I32(I))
+            assert x.offset == 0, "the kernel reads the source from its buffer's start"
+            xargs = dict(xs=x.base_data, xs_sd=_I64(0), wpk=wpk.base_data,
+                         **_bias_args(bias, G * H, self._dummy, "xb"), xb_sg=_I64(0),
+                         I=_I32(I))
             if inputs16:
                 h0, c0, xargs, seq16 = self._inputs16_args(inputs16, h0, c0, xargs, I)
         base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
@@ -681,10 +690,19 @@ class Recurrence:
         self._run_steps(kernels, range(T))
         return out
 
+    def projects_in_kernel(self, I: int) -> bool:
+        """Whether :meth:`forward` given the source ``x`` of width ``I`` computes
+        ``x[t] W^T + b`` inside its whole-sequence kernel (:meth:`LayerPlan.projects_in_kernel`,
+        and the kernel runs whole-sequence). Only then may its ``w`` be a :class:`Target`
+        inside another buffer (the cuDNN dialect's ``params``)."""
+        return bool(self.T and self.N and self.plan.projects_in_kernel(I)
+                    and self._whole_sequence(self._program(HAS_XW=1), "pyrnn_fwd_seq"))
+
     def _inputs16(self, x, xb, layer: LayerInputs) -> dict[str, cla.Array]:
         """The forward's inputs given in the layer's 16-bit storage dtype, by their names in
         ``pyrnn_fwd_seq`` (:data:`_WIDEN_BITS`)."""
-        given = dict(x=x, xb=xb, h0=layer.h0.array if layer.h0 is not None else None,
+        given = dict(x=x, xb=None if isinstance(xb, Target) else xb,     # (a Target: float32)
+                     h0=layer.h0.array if layer.h0 is not None else None,
                      c0=layer.c0.array if layer.c0 is not None else None)
         out = {name: a for name, a in given.items() if a is not None and a.dtype != self.dtype}
         assert all(a.dtype == self.weights for a in out.values()), "inputs of another dtype"
@@ -714,7 +732,7 @@ class Recurrence:
         if "xb" in inputs16:
             groups = (N + self.nb - 1) // self.nb
             xargs.update(xb=temporary(self.device, (groups * D * GH,), self.dtype).base_data,
-                         xb_sg=_I64(D * GH))
+                         xb_off=_I64(0), xb_sd=_I64(GH), xb_sg=_I64(D * GH))
         if "h0" in inputs16:
             h0 = dataclasses.replace(h0, array=temporary(self.device, h0.array.shape, self.dtype))
         if "c0" in inputs16:

@@ -715,6 +715,58 @@ def test_biases_read_where_they_lie(device, monkeypatch, mode):
             assert_rel(a.get(), w, F32_TOL["forward"], "forward")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("mode", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
+def test_input_product_in_the_sequence_kernel(device, monkeypatch, mode, dtype):
+    """Small layers (input width a multiple of the vector width, packs within
+    ``REC_SEQ_BYTES``) compute ``x W_l^T + bW`` inside the whole-sequence kernel, reading
+    ``W_l`` and ``bW`` in ``params`` in place: the forward launches no GEMM and gathers nothing
+    (on a device without whole-sequence kernels, the GEMM runs). Two bidirectional layers (the
+    second reads the first's output in the reserve space), batch-major, lengths, every
+    upstream gradient: forward and backprop against the reference, and against PyTorch."""
+    if dtype == np.float64:
+        needs_fp64(device)
+    L, D, H, I = 2, 2, 16, 32                    # the second layer's input: D * H = I
+    x, h0, c0, params, kw = problem(mode, L, D, I=I, H=H, time_major=False, seed=41)
+    lstm = mode == "lstm"
+    lens = np.array([T_, 1, T_ - 2])
+    up = upstream([(N_, T_, D * H), h0.shape, c0.shape if lstm else None], ())
+    names = []
+    real = cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel",
+                        lambda q, k, *a, **kw_: (names.append(k.function_name),
+                                                 real(q, k, *a, **kw_))[1])
+    xs, h0s, c0s, ps = cast(dtype, x, h0, c0, params)
+    out = rc.cudnn_rnn(xs, h0s, c0s, ps, lens, time_major=False, device=device, **kw)
+    fwd_names = list(names)
+    grads = rc.cudnn_rnn_backprop(xs, h0s, c0s, ps, lens, *out[:3], *cast(dtype, *up), *out[3:],
+                                  time_major=False, device=device, **kw)
+    seq_bytes = int(device.tuning("recurrence").get("REC_SEQ_BYTES", 0))
+    in_kernel = 0 < G[mode] * H * I * np.dtype(dtype).itemsize <= seq_bytes
+    gemms = [n for n in fwd_names if n.startswith("pyrnn_gemm")]
+    assert (not gemms) == in_kernel, fwd_names
+    # copies: the batch-major source and output transposed, nothing gathered
+    assert fwd_names.count("pyrnn_copy3") == 2, fwd_names
+    tol = F64_TOL if dtype == np.float64 else F32_TOL["forward"]
+    gtol = F64_TOL if dtype == np.float64 else F32_TOL["gradient"]
+    want = ref.cudnn_rnn_forward(x, h0, c0, params, lens, time_major=False, **kw)
+    for i in range(3 if lstm else 2):
+        assert_rel(out[i], want[i], tol, f"output {i}")
+    want = ref.cudnn_rnn_backward(x, h0, c0, params, lens, *up, time_major=False, **kw)
+    for i in range(4 if lstm else 2):
+        assert_rel(grads[i], want[i], gtol, f"gradient {i}")
+    assert_rel(grads[3], want[3], gtol, "params gradient")
+    if HAS_TORCH:
+        m = _torch_module(mode, L, D, 0, I, H, True, seed=41)
+        W, B = _torch_to_canonical(m, G[mode])
+        params = ref.canonical_to_params(L, H, I, W, B, **kw)
+        xs, h0s, c0s, ps = cast(dtype, x, h0, c0, params)
+        out = rc.cudnn_rnn(xs, h0s, c0s, ps, lens, time_major=False, device=device, **kw)
+        t_out, _ = _torch_run(m, mode, x, h0, c0, up, lens, batch_first=True)
+        for i in range(3 if lstm else 2):
+            assert_rel(out[i], t_out[i], tol, f"output {i} vs torch")
+
+
 def test_inputs_not_modified(device):
     needs_fp64(device)
     x, h0, c0, params, kw = problem("lstm", 2, 2, seed=16)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 
@@ -38,7 +39,7 @@ from helpers.mps import (
     ref_gradients,
     training_desc,
 )
-from pyrnn_cl import _arrays
+from pyrnn_cl import _arrays, engine
 from pyrnn_cl.errors import BuildError
 from pyrnn_cl.programs import get_program
 from pyrnn_cl.sources import dtype_code
@@ -668,8 +669,78 @@ def test_cudnn_float16_projection_small(device):
     check_cudnn(device, np.dtype(np.float16), "lstm", 2, 1, 5, False)
 
 
-def check_cudnn(device, dtype, mode, L, D, P, tm):
-    d, kw = _cudnn_problem(mode, L, D, P, dtype, time_major=tm, seed=L + D)
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_cudnn_input_product_in_the_sequence_kernel(device, monkeypatch, dtype, mode):
+    """16-bit params of small layers (input width a multiple of the vector width): the
+    whole-sequence kernel computes x W_l^T + bW itself, W_l read from the params as stored and
+    bW widened (no GEMM launch); two bidirectional layers against the reference."""
+    names, fwd_names = [], []
+    real, real_fwd = cl.enqueue_nd_range_kernel, rc.cudnn_rnn
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel",
+                        lambda q, k, *a, **kw_: (names.append(k.function_name),
+                                                 real(q, k, *a, **kw_))[1])
+
+    def forward(*args, **kwargs):       # the forward's launches
+        names.clear()
+        out = real_fwd(*args, **kwargs)
+        fwd_names.extend(names)
+        return out
+
+    monkeypatch.setattr(rc, "cudnn_rnn", forward)
+    check_cudnn(device, dtype, mode, 2, 2, 0, False, I=32, H=16)
+    # packs of 8 KiB at most: in the kernel wherever whole-sequence kernels run
+    in_kernel = int(device.tuning("recurrence").get("REC_SEQ_BYTES", 0)) > 0
+    assert (not [n for n in fwd_names if n.startswith("pyrnn_gemm")]) == in_kernel, fwd_names
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("mode,tm", [("lstm", True), ("gru", True), ("lstm", False)])
+def test_cudnn_backprop_reads_the_reserve_as_stored(device, monkeypatch, dtype, mode, tm):
+    """A 16-bit cudnn_rnn_backprop (without a projection) hands the reserve space to the
+    engine as stored, and a time-major output_backprop too: nothing widens the reserve or a
+    layer's saved gates (the kernels read them, and the cell states and dy, in 16 bits). Its
+    results are, bit for bit, the float32 op's on the same 16-bit values (the reserve
+    widened) rounded by NumPy / ml_dtypes, and it changes neither the reserve nor dy."""
+    L, D, T, N, H = 2, 2, 7, 5, 11
+    d, kw = _cudnn_problem(mode, L, D, 0, dtype, time_major=tm, seed=12, T=T, N=N, H=H)
+    lstm = mode == "lstm"
+    lens = np.array([7, 3, 6, 7, 1])
+    dev = {k: cla.to_device(device.queue, v) for k, v in d.items()}
+    c0 = dev["c0"] if lstm else None
+    out = rc.cudnn_rnn(dev["x"], dev["h0"], c0, dev["params"], lens, time_major=tm, **kw,
+                       device=device)
+    rng = np.random.default_rng(3)
+    up = [cla.to_device(device.queue, rng.standard_normal(o.shape).astype(dtype))
+          for o in out[:3 if lstm else 2]] + ([] if lstm else [None])
+    reserve, dy = out[3].get(), up[0].get()
+    widened = []
+    for module in (_arrays, engine):
+        real = module.widen_many
+        monkeypatch.setattr(module, "widen_many",
+                            lambda dv, arrays, st, real=real: (
+                                widened.extend(a.size for a in arrays), real(dv, arrays, st))[1])
+    grads = rc.cudnn_rnn_backprop(dev["x"], dev["h0"], c0, dev["params"], lens, *out[:3], *up,
+                                  out[3], out[4], time_major=tm, **kw, device=device)
+    sav_size = T * N * D * (4 if lstm else 3) * H
+    assert reserve.size not in widened and sav_size not in widened, widened
+    assert np.array_equal(out[3].get().view(np.uint16), reserve.view(np.uint16))
+    assert np.array_equal(up[0].get().view(np.uint16), dy.view(np.uint16))
+    # the float32 op on the same values: its own host_reserved, the 16-bit reserve widened
+    f32 = {k: v.astype(np.float32) for k, v in d.items()}
+    out32 = rc.cudnn_rnn(f32["x"], f32["h0"], f32["c0"] if lstm else None, f32["params"], lens,
+                         time_major=tm, **kw, device=device)
+    want = rc.cudnn_rnn_backprop(
+        f32["x"], f32["h0"], f32["c0"] if lstm else None, f32["params"], lens,
+        *[o.get().astype(np.float32) for o in out[:3]],
+        *[None if u is None else u.get().astype(np.float32) for u in up],
+        reserve.astype(np.float32), out32[4], time_major=tm, **kw, device=device)
+    for k, (g, w) in enumerate(zip(grads, want)):
+        assert np.array_equal(g.get().view(np.uint16), w.astype(dtype).view(np.uint16)), k
+
+
+def check_cudnn(device, dtype, mode, L, D, P, tm, I=3, H=11):
+    d, kw = _cudnn_problem(mode, L, D, P, dtype, time_major=tm, seed=L + D, I=I, H=H)
     lstm = mode == "lstm"
     c0 = d["c0"] if lstm else None
     lens = np.array([7, 3, 6, 7, 1])

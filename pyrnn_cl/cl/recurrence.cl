@@ -163,6 +163,10 @@
                              * kernel from the source and packed W (small layers) instead of a
                              * precomputed gx; gx then only receives the saved gates */
 #endif
+/* HAS_XW: direction d's input bias b_x (G*H values) as this work-group reads it: where it lies
+ * (xb_off, one direction xb_sd further: a [D][G*H] array, or the cuDNN dialect's params), or in
+ * the group's own widened copy of a 16-bit one (xb_sg apart, widen_inputs) */
+#define XB_AT(d) (xb + xb_off + row_group() * xb_sg + (d) * xb_sd)
 #ifndef HAS_DY
 #define HAS_DY 1            /* upstream gradient of y */
 #endif
@@ -423,7 +427,7 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
  *   states h0, c0, each where its bit of `in16` is set (1, 2, 4, 8), are read from x16, xb16,
  *   h016, c016 and widened into the float32 buffers the steps then read (xs, xb, h0, c0). Each
  *   work-group widens what it reads, so no group waits for another: x into its direction's copy
- *   (xs + d * xs_sd), b into its batch-row group's copy (xb + row_group() * xb_sg), and the
+ *   (xs + d * xs_sd), b into its batch-row group's copy (XB_AT(d): xb_sg apart), and the
  *   rows of h0 and c0 it owns (the same layout and strides as the 16-bit arrays). Every value
  *   of a 16-bit dtype is a float32: the widening is exact.
  *   Results (NARROW16 in fwd_step, as each step stores them): y, cs and the saved gates, each
@@ -502,7 +506,8 @@ PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I,
                              const int in16,
                              __global const ushort *x16, __global const real *xs,
                              const long xs_sd, __global const ushort *xb16,
-                             __global const real *xb, const long xb_sg,
+                             __global const real *xb, const long xb_off, const long xb_sd,
+                             const long xb_sg,
                              __global const ushort *h016, __global const real *h0,
                              const long h0_sd, const long h0_sn, __global const ushort *c016,
                              __global const real *c0, const long c0_sd, const long c0_sn)
@@ -514,7 +519,7 @@ PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I,
         widen_seq_rows(s16, (__global real *)xs + d * xs_sd, x16, T, 0, 1, N, 1, I, 0, n0, rows,
                        l, L);
     if (in16 & 2)            /* b [D][G*H]: direction d's, into this group's copy */
-        widen_run(s16, (__global real *)xb + row_group() * xb_sg + d * GH, xb16 + d * GH, GH,
+        widen_run(s16, (__global real *)XB_AT(d), xb16 + d * GH, GH,
                   l, L);
     if (in16 & 4) widen_state_rows(s16, (__global real *)h0, h016, h0_sd, h0_sn, H, d, n0, rows,
                                    l, L);
@@ -569,10 +574,11 @@ PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
     __global const real *c0, const long c0_sd, const long c0_sn, \
     __global const real *mask, __global const int *lens, const real clip, \
     __global const real *xs, const long xs_sd, __global const pack_t *wpk, \
-    __global const real *xb, const long xb_sg, const int I, const int s16, const int out16, \
+    __global const real *xb, const long xb_off, const long xb_sd, const long xb_sg, const int I, \
+    const int s16, const int out16, \
     __global ushort *y16, __global ushort *cs16, __global ushort *sav16
 #define FWD_ARGS gx, rpk, hb, hb_off, hb_sd, peep, y, cs, hs, h0, h0_sd, h0_sn, c0, c0_sd, c0_sn, \
-    mask, lens, clip, xs, xs_sd, wpk, xb, xb_sg, I, s16, out16, y16, cs16, sav16
+    mask, lens, clip, xs, xs_sd, wpk, xb, xb_off, xb_sd, xb_sg, I, s16, out16, y16, cs16, sav16
 
 /* Forward step s: h[t] (and c[t]) of every row and unit of this work-item from h[t-1]. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
@@ -645,7 +651,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) {
             const int blk = gate_blk(k) * H + j;
 #if HAS_XW
-            gxv[k] = accx[b][k] + LOADV(xb + row_group() * xb_sg + d * GH + blk);
+            gxv[k] = accx[b][k] + LOADV(XB_AT(d) + blk);
 #else
             gxv[k] = LOADV(gx + g_off + blk);
 #endif
@@ -706,8 +712,8 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
     LANE_BUF;
 #if PYRNN_IO16
     if (in16)
-        widen_inputs(T, N, H, I, s16, in16, x16, xs, xs_sd, xb16, xb, xb_sg, h016, h0, h0_sd,
-                     h0_sn, c016, c0, c0_sd, c0_sn);
+        widen_inputs(T, N, H, I, s16, in16, x16, xs, xs_sd, xb16, xb, xb_off, xb_sd, xb_sg, h016,
+                     h0, h0_sd, h0_sn, c016, c0, c0_sd, c0_sn);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
     for (int s = 0; s < steps; ++s) {
