@@ -59,6 +59,7 @@ from ._arrays import (
     empty,
     fill,
     is_array,
+    narrow,
     sub_array,
     widen_runs,
 )
@@ -475,7 +476,8 @@ class _Net:
             bw = (engine.Target(params, lay.off_bw(l, 0), stride) if params.dtype == self.dt
                   else self.gather(params, lay.off_bw(l, 0), l, self.GH))
             return rec.forward(None, layer, x=x, w=w, xb=bw, into=into)
-        return rec.forward(self.input_gates(params, l, x, into.sav), layer, into=into)
+        sav = into.sav if into.sav is not None and into.sav.dtype == self.dt else None
+        return rec.forward(self.input_gates(params, l, x, sav), layer, into=into)
 
     def recurrence(self):
         return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,
@@ -546,7 +548,11 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     out_h = call.empty((L * D, N, K))
     out_c = call.empty((L * D, N, H)) if net.lstm else call.empty((0,))
     res_size = lay.reserve_size(T, N, net.drop) if net.training else 0
-    reserve = call.empty((res_size,))
+    # a 16-bit training forward (no projection, no dropout) writes its 16-bit reserve parts
+    # itself: the engine narrows y, c and the saved gates into them as its steps store them
+    reserve16 = call.converts and net.training and not lay.P and not net.drop
+    reserve = (empty(net.q, (res_size,), call.storage) if reserve16
+               else call.empty((res_size,)))
     if net.empty_run:
         y = call.zeros((T, N, D * K))
         _copy(net.q, out_h, 0, h0_all, 0, out_h.size)
@@ -582,10 +588,15 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
             written = Reserve(sav=fwd.sav, y=fwd.y, cs=fwd.cs, hs=fwd.hs, xd=x)
             for name, (off, size) in parts[l].items():     # parts the device cannot address
                 if getattr(views[l], name) is None:
-                    _copy(net.q, reserve, off, getattr(written, name), 0, size)
+                    src = getattr(written, name)
+                    if src.dtype != reserve.dtype:
+                        src = narrow(net.dev, src, reserve.dtype)
+                    _copy(net.q, reserve, off, src, 0, size)
             y = fwd.y
             if l < L - 1:
                 x = net.apply_dropout(y, l, views[l + 1].xd) if net.drop else y
+        if reserve16 and views[L - 1].y is not None and net.time_major:
+            y = views[L - 1].y           # narrowed already
         if views[L - 1].y is not None and net.time_major and not call.numpy_out:
             y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)

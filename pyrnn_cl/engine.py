@@ -43,9 +43,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
-from ._arrays import check_memory, empty, fill, read_only_zeros, temporary, widen_many
+from ._arrays import (
+    check_memory,
+    empty,
+    fill,
+    narrow_many,
+    read_only_zeros,
+    temporary,
+    widen_many,
+)
 from .cells import CellSpec, cell_kind
 from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
@@ -578,7 +587,10 @@ class Recurrence:
 
         ``into``: arrays to write ``y``, ``cs`` and ``hs`` (and, given ``x``, ``sav``) into (a
         :class:`Saved` with any of those fields, e.g. parts of the cuDNN dialect's reserve
-        space) instead of new ones. ``w``, and a float32 ``xb``, may each be a :class:`Target`
+        space) instead of new ones; a 16-bit one there (a 16-bit call's) receives its result
+        narrowed, as ``narrow`` below, but ``y`` and ``cs`` still come back in float32 and
+        ``sav`` in 16 bits (narrowed by the steps as they store, or after them in one launch).
+        ``w``, and a float32 ``xb``, may each be a :class:`Target`
         inside another buffer (the cuDNN dialect's ``params``) where
         :meth:`projects_in_kernel` holds.
         ``dropped``: results among ``"sav"`` and ``"cs"`` the caller does not keep (e.g. an
@@ -601,6 +613,10 @@ class Recurrence:
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         dt = self.dtype
         into = into or Saved()
+        # 16-bit arrays given for y, cs or sav: written narrowed, beside float32 results
+        into16 = {name: getattr(into, name) for name in _NARROW_BITS
+                  if getattr(into, name) is not None and getattr(into, name).dtype != dt}
+        into = dataclasses.replace(into, **{name: None for name in into16})
         in_kernel = None
         if x is not None:
             I = int(x.shape[-1])
@@ -666,12 +682,15 @@ class Recurrence:
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
                     **xargs)
         # (the step kernels narrow as they store: the whole-sequence kernel only, so far)
-        narrowed = (self._narrowed(out, narrow)
+        narrowed = (self._narrowed(out, tuple(narrow) + tuple(into16), into16)
                     if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
         s16 = dtype_code(self.weights) if self.weights != dt else 0    # 16-bit call: 3 or 4
         args.update(self._bit_args("out16", _NARROW_BITS, narrowed), s16=_I32(s16))
+        # what comes back narrowed: the ``narrow`` results, and ``sav`` (never stored in
+        # float32 when narrowed); y and cs given in ``into16`` come back in float32 too
+        back = {name: a for name, a in narrowed.items() if name not in into16 or name == "sav"}
         if self._fused_launch(prog, "pyrnn_fwd_seq", dict(args, steps=_I32(T), **seq16)):
-            return dataclasses.replace(out, **narrowed)     # (always, with in_kernel)
+            return dataclasses.replace(out, **back)     # (always, with in_kernel)
         kernels = [self._step_kernel(prog, "pyrnn_fwd", H, args)]
         if self.cell.two_phase:
             assert hs is not None       # a two-phase cell's step buffer (or the projection's)
@@ -688,6 +707,12 @@ class Recurrence:
                 dict(base, P=_I32(self.P), hs=hs.base_data, wpk=wpk.base_data, y=y.base_data,
                      lens=lens_arg)))
         self._run_steps(kernels, range(T))
+        if into16:          # the step kernels do not narrow: one launch after them
+            results = [getattr(out, name) for name in into16]
+            for name, a in zip(into16, narrow_many(self.device, results, self.weights)):
+                cl.enqueue_copy(self.device.queue, into16[name].base_data, a.base_data,
+                                byte_count=a.nbytes, dst_offset=into16[name].offset)
+            out = dataclasses.replace(out, sav=into16.get("sav", out.sav))
         return out
 
     def projects_in_kernel(self, I: int) -> bool:
@@ -739,12 +764,14 @@ class Recurrence:
             c0 = dataclasses.replace(c0, array=temporary(self.device, c0.array.shape, self.dtype))
         return h0, c0, xargs, seq16
 
-    def _narrowed(self, out: Saved, names) -> dict[str, cla.Array]:
-        """New arrays of the weights' 16-bit dtype for the results ``names`` of ``out`` that
-        exist (:meth:`forward`'s ``narrow``); none outside a 16-bit call."""
+    def _narrowed(self, out: Saved, names, given) -> dict[str, cla.Array]:
+        """Arrays of the weights' 16-bit dtype for the results ``names`` of ``out`` that exist
+        (:meth:`forward`'s ``narrow`` and 16-bit ``into``): those ``given`` by name, new ones
+        for the rest; none outside a 16-bit call."""
         if self.weights == self.dtype:
             return {}
-        return {name: empty(self.device.queue, getattr(out, name).shape, self.weights)
+        return {name: given[name] if name in given
+                else empty(self.device.queue, getattr(out, name).shape, self.weights)
                 for name in names if getattr(out, name) is not None}
 
     def _bit_args(self, mask: str, bits: dict[str, int], arrays: dict[str, cla.Array]

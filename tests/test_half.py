@@ -695,21 +695,32 @@ def test_cudnn_input_product_in_the_sequence_kernel(device, monkeypatch, dtype, 
 
 
 @pytest.mark.parametrize("dtype", STORAGE)
-@pytest.mark.parametrize("mode,tm", [("lstm", True), ("gru", True), ("lstm", False)])
-def test_cudnn_backprop_reads_the_reserve_as_stored(device, monkeypatch, dtype, mode, tm):
-    """A 16-bit cudnn_rnn_backprop (without a projection) hands the reserve space to the
-    engine as stored, and a time-major output_backprop too: nothing widens the reserve or a
-    layer's saved gates (the kernels read them, and the cell states and dy, in 16 bits). Its
-    results are, bit for bit, the float32 op's on the same 16-bit values (the reserve
-    widened) rounded by NumPy / ml_dtypes, and it changes neither the reserve nor dy."""
+@pytest.mark.parametrize("mode,tm,per_step", [("lstm", True, False), ("gru", True, False),
+                                              ("lstm", False, False), ("lstm", True, True)])
+def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_step):
+    """A 16-bit training cudnn_rnn (without projection or dropout) writes its 16-bit reserve
+    space itself (the whole-sequence kernel narrows as its steps store; per step, one launch
+    after them), and cudnn_rnn_backprop hands it to the engine as stored, with a time-major
+    output_backprop: nothing widens the reserve or a layer's saved gates (the kernels read
+    them, and the cell states and dy, in 16 bits). Both ops' results are, bit for bit, the
+    float32 ops' on the same 16-bit values rounded by NumPy / ml_dtypes; the backprop changes
+    neither the reserve nor dy."""
+    from helpers.device import PER_STEP, override_tuning
+    if per_step:
+        override_tuning(device, monkeypatch, **PER_STEP)
     L, D, T, N, H = 2, 2, 7, 5, 11
     d, kw = _cudnn_problem(mode, L, D, 0, dtype, time_major=tm, seed=12, T=T, N=N, H=H)
     lstm = mode == "lstm"
     lens = np.array([7, 3, 6, 7, 1])
     dev = {k: cla.to_device(device.queue, v) for k, v in d.items()}
     c0 = dev["c0"] if lstm else None
+    narrowed = []
+    real_narrow = _arrays.narrow_many
+    monkeypatch.setattr(_arrays, "narrow_many", lambda dv, arrays, st: (
+        narrowed.extend(a.size for a in arrays), real_narrow(dv, arrays, st))[1])
     out = rc.cudnn_rnn(dev["x"], dev["h0"], c0, dev["params"], lens, time_major=tm, **kw,
                        device=device)
+    assert out[3].size not in narrowed, narrowed      # (the output y: batch-major only)
     rng = np.random.default_rng(3)
     up = [cla.to_device(device.queue, rng.standard_normal(o.shape).astype(dtype))
           for o in out[:3 if lstm else 2]] + ([] if lstm else [None])
@@ -737,6 +748,9 @@ def test_cudnn_backprop_reads_the_reserve_as_stored(device, monkeypatch, dtype, 
         reserve.astype(np.float32), out32[4], time_major=tm, **kw, device=device)
     for k, (g, w) in enumerate(zip(grads, want)):
         assert np.array_equal(g.get().view(np.uint16), w.astype(dtype).view(np.uint16)), k
+    for k in range(4 if lstm else 2):
+        assert np.array_equal(out[k].get().view(np.uint16),
+                              out32[k].astype(dtype).view(np.uint16)), f"forward result {k}"
 
 
 def check_cudnn(device, dtype, mode, L, D, P, tm, I=3, H=11):
