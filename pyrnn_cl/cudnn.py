@@ -400,7 +400,7 @@ class _Net:
         part = self.state_part(full, l, width)
         if part is not None:
             return part, True
-        return self.call.empty((self.D, self.N, width)), False
+        return empty(self.q, (self.D, self.N, width), full.dtype), False
 
     def put_state(self, full, l, part, width):
         _copy(self.q, full, self.lay.state_offset(l, self.N, width), part, 0,
@@ -430,20 +430,26 @@ class _Net:
         wp = engine.Target(params, lay.off_proj(l, 0), stride) if lay.P else None
         return R, wp
 
-    def hidden_bias(self, params, l):
-        """The hidden-side bias of layer ``l``: where it lies in ``params``
-        (:class:`engine.Target`, direction ``d``'s ``G·H`` values one pseudo-layer apart), or
-        for 16-bit params widened into a ``[D][G·H]`` array."""
-        lay = self.lay
+    def biases(self, params, l):
+        """``(bW, bR)`` of layer ``l``, each an :class:`engine.Target`: where they lie in
+        ``params`` (direction ``d``'s ``G·H`` values one pseudo-layer apart), or for 16-bit
+        params widened together by one launch into a ``[D][2][G·H]`` array (``bR`` follows
+        ``bW`` in each pseudo-layer)."""
+        lay, GH = self.lay, self.GH
         if params.dtype == self.dt:
-            return engine.Target(params, lay.off_br(l, 0), lay.pseudo_size(l))
-        return self.gather(params, lay.off_br(l, 0), l, self.GH).reshape((self.D, self.GH))
+            stride = lay.pseudo_size(l)
+            return (engine.Target(params, lay.off_bw(l, 0), stride),
+                    engine.Target(params, lay.off_br(l, 0), stride))
+        assert lay.off_br(l, 0) == lay.off_bw(l, 0) + GH
+        out = self.call.empty((self.D * 2 * GH,))
+        widen_runs(self.dev, params, lay.off_bw(l, 0), lay.pseudo_size(l), 2 * GH, self.D, out)
+        return engine.Target(out, 0, 2 * GH), engine.Target(out, GH, 2 * GH)
 
-    def input_gates(self, params, l, x, gx=None):
+    def input_gates(self, params, l, x, bw, gx=None):
         r"""``gx [T][N][D][G][H] = x W_l^T + bW`` with both directions' ``W`` read from
-        ``params`` in place (one GEMM per direction), and their ``bW`` too where ``params`` is
-        in the compute dtype (a 16-bit one is widened first); skip_input: x broadcast over the
-        gates. Written into ``gx`` when given (the reserve space's ``sav`` part)."""
+        ``params`` in place (one GEMM per direction) and ``bW`` from the :class:`engine.Target`
+        ``bw`` (:meth:`biases`); skip_input: x broadcast over the gates. Written into ``gx``
+        when given (the reserve space's ``sav`` part)."""
         lay, T, N, D, H, GH = self.lay, self.T, self.N, self.D, self.H, self.GH
         rows = T * N
         if gx is None:
@@ -454,30 +460,25 @@ class _Net:
             engine.add_rows(self.dev, self.dt, gx, rows, D * GH,
                             self.gather(params, lay.off_bw(l, 0), l, GH))
             return gx
-        in_place = params.dtype == self.dt
-        bw = params if in_place else self.gather(params, lay.off_bw(l, 0), l, GH)
         n_in = lay.in_size(l)
         for d in range(D):
             gemm(self.dev, self.dt, rows, GH, n_in, x, params, gx, trans_b=True,
                  b_offset=lay.off_w(l, d), ldb=n_in, c_offset=d * GH, ldc=D * GH,
-                 bias=bw, bias_offset=lay.off_bw(l, d) if in_place else d * GH)
+                 bias=bw.array, bias_offset=bw.offset + d * bw.stride)
         return gx
 
-    def layer_forward(self, rec, params, l, x, layer, into):
+    def layer_forward(self, rec, params, l, x, layer, bw, into):
         """Layer ``l``'s forward (:meth:`engine.Recurrence.forward`) on its input ``x``, into
-        the reserve parts ``into``. Where the engine computes ``x W_l^T + bW`` inside its
-        whole-sequence kernel (small layers: no GEMM launch, no gx round trip) it reads
-        ``W_l`` and ``bW`` in ``params`` in place (a 16-bit ``bW`` widened first); otherwise
+        the reserve parts ``into``; ``bw``: its input bias (:meth:`biases`). Where the engine
+        computes ``x W_l^T + bW`` inside its whole-sequence kernel (small layers: no GEMM
+        launch, no gx round trip) it reads ``W_l`` in ``params`` in place; otherwise
         :meth:`input_gates` runs first."""
         lay = self.lay
         if lay.has_w(l) and rec.projects_in_kernel(lay.in_size(l)):
-            stride = lay.pseudo_size(l)
-            w = engine.Target(params, lay.off_w(l, 0), stride)
-            bw = (engine.Target(params, lay.off_bw(l, 0), stride) if params.dtype == self.dt
-                  else self.gather(params, lay.off_bw(l, 0), l, self.GH))
+            w = engine.Target(params, lay.off_w(l, 0), lay.pseudo_size(l))
             return rec.forward(None, layer, x=x, w=w, xb=bw, into=into)
         sav = into.sav if into.sav is not None and into.sav.dtype == self.dt else None
-        return rec.forward(self.input_gates(params, l, x, sav), layer, into=into)
+        return rec.forward(self.input_gates(params, l, x, bw, sav), layer, into=into)
 
     def recurrence(self):
         return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,
@@ -545,8 +546,11 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     h0_all, c0_all, x_in = call.devs(
         ("input_h", input_h), ("input_c", input_c if net.lstm else None),
         ("input", None if net.empty_run else input, net.seq_shape(net.I)))
-    out_h = call.empty((L * D, N, K))
-    out_c = call.empty((L * D, N, H)) if net.lstm else call.empty((0,))
+    # a 16-bit call's final states are rounded by the kernel that writes them
+    final = (functools.partial(empty, net.q, dtype=call.storage)
+             if call.converts and not net.empty_run else call.empty)
+    out_h = final((L * D, N, K))
+    out_c = final((L * D, N, H)) if net.lstm else call.empty((0,))
     res_size = lay.reserve_size(T, N, net.drop) if net.training else 0
     # a 16-bit training forward (no projection, no dropout) writes its 16-bit reserve parts
     # itself: the engine narrows y, c and the saved gates into them as its steps store them
@@ -565,17 +569,20 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = (net.reserve_views(reserve) if net.training
                         else ([{}] * L, [Reserve()] * L))
+        if call.converts and not net.training and net.time_major:
+            # a 16-bit inference: the last layer rounds its output as it stores it
+            views[L - 1] = Reserve(y=empty(net.q, (T, N, D * K), call.storage))
         if net.training:
             _zero_gaps(net.q, reserve, parts)
         for l in range(L):
             R, wp = net.weights(params_d, l)
-            hb = net.hidden_bias(params_d, l)
+            bw, hb = net.biases(params_d, l)
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
             layer = engine.LayerInputs(R, net.view(h0, K),
                                        c0=net.view(c0, H) if net.lstm else None, hb=hb,
                                        lens=net.lens, w_proj=wp)
-            fwd = net.layer_forward(rec, params_d, l, x, layer, views[l])
+            fwd = net.layer_forward(rec, params_d, l, x, layer, bw, views[l])
             hn, in_place = net.out_state(out_h, l, K)
             rec.final_state(fwd.y, K, net.view(h0, K), net.view(hn, K), net.lens)
             if not in_place:
@@ -595,9 +602,10 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
             y = fwd.y
             if l < L - 1:
                 x = net.apply_dropout(y, l, views[l + 1].xd) if net.drop else y
-        if reserve16 and views[L - 1].y is not None and net.time_major:
+        if views[L - 1].y is not None and views[L - 1].y.dtype != net.dt and net.time_major:
             y = views[L - 1].y           # narrowed already
-        if views[L - 1].y is not None and net.time_major and not call.numpy_out:
+        if (net.training and views[L - 1].y is not None and net.time_major
+                and not call.numpy_out):
             y = y.copy(queue=net.q)      # the output must not alias reserve_space
     host = net.signature() if net.training else np.zeros(0, np.int8)
     if not call.numpy_out:
@@ -824,7 +832,7 @@ class _Backprop:
         for l in range(L - 1, -1, -1):
             R, wp = net.weights(params_d, l)
             # the backward reads the hidden-side bias only to rebuild a reset-after GRU's hn
-            hb = net.hidden_bias(params_d, l) if self.rec.cell.needs_hn else None
+            hb = net.biases(params_d, l)[1] if self.rec.cell.needs_hn else None
             h0 = net.layer_state(h0_all, l, K)
             c0 = net.layer_state(c0_all, l, H) if net.lstm else None
             dh0, dh0_in_place = net.out_state(self.dh0_all, l, K)

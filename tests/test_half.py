@@ -767,6 +767,12 @@ def check_cudnn(device, dtype, mode, L, D, P, tm, I=3, H=11):
                                 **kw)
     for k in range(3 if lstm else 2):
         check(out[k], want[k], dtype, f"cudnn_rnn output {k}")
+    # inference: the same results, bit for bit
+    inf = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], lens, time_major=tm, **kw,
+                       is_training=False, device=device)
+    for k in range(3 if lstm else 2):
+        assert inf[k].dtype == dtype
+        assert np.array_equal(inf[k].view(np.uint16), out[k].view(np.uint16)), k
     rng = np.random.default_rng(9)
     up = [rng.standard_normal(np.shape(o)).astype(dtype) for o in out[:3]]
     if not lstm:

@@ -534,25 +534,32 @@ typedef uint uintV;
 typedef PYRNN_CAT(uint, REC_VW) uintV;
 #define AS_UINTV PYRNN_CAT(as_uint, REC_VW)
 #endif
-/* v rounded to nearest even into REC_VW 16-bit values at p. bfloat16: add 0x7fff plus the lowest
+/* v rounded to nearest even into the 16-bit value (store16) or the REC_VW values (store16v) at p
+ * (storage code s16). bfloat16: add 0x7fff plus the lowest
  * kept bit and truncate; a NaN keeps its sign and top payload bits with the quiet bit set (as
  * common.h's float_to_bf16 does for the storage programs). */
-PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
+PYRNN_FUNC void store16(const int s16, const real v, __global ushort *p)
 {
     if (s16 == 3) {
-#if REC_VW == 1
         vstore_half_rte(v, 0, (__global half *)p);
+        return;
+    }
+    const uint u = as_uint(v);
+    *p = (ushort)(isnan(v) ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
+{
+#if REC_VW == 1
+    store16(s16, v, p);
 #else
+    if (s16 == 3) {
         PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)(v, 0, (__global half *)p);
-#endif
         return;
     }
     const uintV u = AS_UINTV(v);
     const uintV rounded = (u + (uintV)(0x7fffu) + ((u >> 16) & (uintV)(1u))) >> 16;
     const uintV nan = (u >> 16) | (uintV)(0x40u);
-#if REC_VW == 1
-    *p = (ushort)(isnan(v) ? nan : rounded);
-#else
     PYRNN_CAT(vstore, REC_VW)(PYRNN_CAT(convert_ushort, REC_VW)(select(rounded, nan, isnan(v))),
                               0, p);
 #endif
@@ -1227,18 +1234,27 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
 
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
- * init[d][n][k] when len = 0. Global size (W, N, D). */
+ * init[d][n][k] when len = 0; in a 16-bit call with s16 set, rounded into out16 instead (the
+ * result of a 16-bit op: no narrowing launch after). Global size (W, N, D). */
 __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_mask,
                           __global const real *src, __global const real *init, const long i_sd,
                           const long i_sn, __global real *out, const long o_sd, const long o_sn,
-                          __global const int *lens)
+                          __global const int *lens, const int s16, __global ushort *out16)
 {
     const int k = get_global_id(0), n = get_global_id(1), d = get_global_id(2);
     const int D = get_global_size(2);
     const int len = row_len(lens, n, T);
     const int t_last = ((rev_mask >> d) & 1) ? 0 : len - 1;
-    out[d * o_sd + n * o_sn + k] = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k]
-                                           : init[d * i_sd + n * i_sn + k];
+    const real v = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k]
+                           : init[d * i_sd + n * i_sn + k];
+    const long o = d * o_sd + n * o_sn + k;
+#if PYRNN_IO16
+    if (s16) {
+        store16(s16, v, out16 + o);
+        return;
+    }
+#endif
+    out[o] = v;
 }
 
 /* Inputs of the recurrent product for the steps s_lo .. s_hi-1 (a backward chunk), for the
