@@ -767,6 +767,14 @@ def test_input_product_in_the_sequence_kernel(device, monkeypatch, mode, dtype):
             assert_rel(out[i], t_out[i], tol, f"output {i} vs torch")
 
 
+@pytest.mark.oclgrind
+def test_input_product_in_the_sequence_kernel_whole_sequence(device, monkeypatch):
+    """The case above for a float32 LSTM with whole-sequence kernels on (Oclgrind's profile
+    runs per step): the input bias read in params by the kernel."""
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20)
+    test_input_product_in_the_sequence_kernel(device, monkeypatch, "lstm", np.float32)
+
+
 def test_inputs_not_modified(device):
     needs_fp64(device)
     x, h0, c0, params, kw = problem("lstm", 2, 2, seed=16)

@@ -753,6 +753,17 @@ def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_st
                               out32[k].astype(dtype).view(np.uint16)), f"forward result {k}"
 
 
+@pytest.mark.oclgrind
+def test_cudnn_float16_gru_in_the_sequence_kernel(device, monkeypatch):
+    """Under Oclgrind: the case above for a float16 GRU with whole-sequence kernels on
+    (Oclgrind's profile runs per step): the 16-bit reserve parts, output and final states
+    written by the kernels that compute them."""
+    from helpers.device import override_tuning
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20)
+    test_cudnn_input_product_in_the_sequence_kernel(device, monkeypatch, np.dtype(np.float16),
+                                                    "gru")
+
+
 def check_cudnn(device, dtype, mode, L, D, P, tm, I=3, H=11):
     d, kw = _cudnn_problem(mode, L, D, P, dtype, time_major=tm, seed=L + D, I=I, H=H)
     lstm = mode == "lstm"
