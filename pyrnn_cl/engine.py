@@ -589,7 +589,8 @@ class Recurrence:
         :class:`Saved` with any of those fields, e.g. parts of the cuDNN dialect's reserve
         space) instead of new ones; a 16-bit one there (a 16-bit call's) receives its result
         narrowed, as ``narrow`` below, but ``y`` and ``cs`` still come back in float32 and
-        ``sav`` in 16 bits (narrowed by the steps as they store, or after them in one launch).
+        ``sav`` in 16 bits (narrowed by the steps as they store, or for a two-phase cell or a
+        projection on the per-step path after them in one launch).
         ``w``, and a float32 ``xb``, may each be a :class:`Target`
         inside another buffer (the cuDNN dialect's ``params``) where
         :meth:`projects_in_kernel` holds.
@@ -605,9 +606,10 @@ class Recurrence:
           16-bit dtype; that kernel widens them itself, any other path widens them first (one
           launch for all);
         * ``narrow``: the results among ``"y"``, ``"cs"`` and ``"sav"`` that the caller needs
-          only in the 16-bit dtype. That kernel's steps write them narrowed as they store
-          them (the saved gates in 16 bits only) and the returned :class:`Saved` holds those
-          16-bit arrays; otherwise they come back in float32, for the caller to narrow
+          only in the 16-bit dtype. The steps write them narrowed as they store them (the
+          saved gates in 16 bits only) and the returned :class:`Saved` holds those 16-bit
+          arrays: that kernel's steps, and the step kernels of single-phase cells without
+          projection; otherwise they come back in float32, for the caller to narrow
           (``_arrays.Call.outs`` narrows only what is not narrowed yet).
         """
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
@@ -681,9 +683,11 @@ class Recurrence:
                     hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
                     **xargs)
-        # (the step kernels narrow as they store: the whole-sequence kernel only, so far)
-        narrowed = (self._narrowed(out, tuple(narrow) + tuple(into16), into16)
-                    if self._whole_sequence(prog, "pyrnn_fwd_seq") else {})
+        # the steps narrow as they store: the whole-sequence kernel, or the step kernel where
+        # it stores every result (not a two-phase cell's y, nor a projection's)
+        narrows = (self._whole_sequence(prog, "pyrnn_fwd_seq")
+                   or not (self.cell.two_phase or self.P))
+        narrowed = self._narrowed(out, tuple(narrow) + tuple(into16), into16) if narrows else {}
         s16 = dtype_code(self.weights) if self.weights != dt else 0    # 16-bit call: 3 or 4
         args.update(self._bit_args("out16", _NARROW_BITS, narrowed), s16=_I32(s16))
         # what comes back narrowed: the ``narrow`` results, and ``sav`` (never stored in
@@ -707,13 +711,13 @@ class Recurrence:
                 dict(base, P=_I32(self.P), hs=hs.base_data, wpk=wpk.base_data, y=y.base_data,
                      lens=lens_arg)))
         self._run_steps(kernels, range(T))
-        if into16:          # the step kernels do not narrow: one launch after them
+        if into16 and not narrowed:     # the step kernels did not narrow: one launch after
             results = [getattr(out, name) for name in into16]
             for name, a in zip(into16, narrow_many(self.device, results, self.weights)):
                 cl.enqueue_copy(self.device.queue, into16[name].base_data, a.base_data,
                                 byte_count=a.nbytes, dst_offset=into16[name].offset)
             out = dataclasses.replace(out, sav=into16.get("sav", out.sav))
-        return out
+        return dataclasses.replace(out, **back)
 
     def projects_in_kernel(self, I: int) -> bool:
         """Whether :meth:`forward` given the source ``x`` of width ``I`` computes

@@ -649,7 +649,7 @@ def _cudnn_problem(mode, L, D, P, dtype, *, T=7, N=5, I=3, H=11, time_major=True
 
 
 CUDNN_CASES = [("lstm", 2, 2, 0, True), ("lstm", 2, 1, 5, False), ("gru", 2, 2, 0, False),
-               ("rnn_tanh", 1, 2, 0, True), ("rnn_relu", 2, 1, 0, True)]
+               ("rnn_tanh", 1, 2, 0, True), ("rnn_relu", 2, 1, 0, True), ("lstm", 1, 2, 4, True)]
 
 
 @pytest.mark.parametrize("dtype", STORAGE)
@@ -696,18 +696,20 @@ def test_cudnn_input_product_in_the_sequence_kernel(device, monkeypatch, dtype, 
 
 @pytest.mark.parametrize("dtype", STORAGE)
 @pytest.mark.parametrize("mode,tm,per_step", [("lstm", True, False), ("gru", True, False),
-                                              ("lstm", False, False), ("lstm", True, True)])
+                                              ("lstm", False, False), ("lstm", True, True),
+                                              ("gru", True, "split")])
 def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_step):
     """A 16-bit training cudnn_rnn (without projection or dropout) writes its 16-bit reserve
-    space itself (the whole-sequence kernel narrows as its steps store; per step, one launch
-    after them), and cudnn_rnn_backprop hands it to the engine as stored, with a time-major
-    output_backprop: nothing widens the reserve or a layer's saved gates (the kernels read
-    them, and the cell states and dy, in 16 bits). Both ops' results are, bit for bit, the
-    float32 ops' on the same 16-bit values rounded by NumPy / ml_dtypes; the backprop changes
-    neither the reserve nor dy."""
+    space itself (the steps narrow as they store, whole-sequence or per step, with the
+    products split over work-items too), and cudnn_rnn_backprop hands it to the engine as
+    stored, with a time-major output_backprop: nothing widens the reserve or a layer's saved
+    gates (the kernels read them, and the cell states and dy, in 16 bits). Both ops' results
+    are, bit for bit, the float32 ops' on the same 16-bit values rounded by NumPy /
+    ml_dtypes; the backprop changes neither the reserve nor dy."""
     from helpers.device import PER_STEP, override_tuning
-    if per_step:
-        override_tuning(device, monkeypatch, **PER_STEP)
+    if per_step:        # "split": the step kernels' products over REC_KS work-items (GPUs)
+        override_tuning(device, monkeypatch, **PER_STEP, **(
+            dict(REC_KS=4, REC_NB=2, REC_VW=2) if per_step == "split" else {}))
     L, D, T, N, H = 2, 2, 7, 5, 11
     d, kw = _cudnn_problem(mode, L, D, 0, dtype, time_major=tm, seed=12, T=T, N=N, H=H)
     lstm = mode == "lstm"

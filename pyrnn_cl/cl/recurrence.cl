@@ -436,7 +436,9 @@ PYRNN_FUNC void column_product(realV acc[REC_NB], __global const real *const src
  *   work-group does its rows, so such a pass took 10-20 % of a small training forward). The
  *   float32 y and cs stay the recurrence's state (h[t-1] and c[t-1] are read from them), and
  *   narrowed saved gates are not stored in float32 at all; the values are those the conversion
- *   kernels (cl/storage.cl) would give. */
+ *   kernels (cl/storage.cl) would give. The per-step kernel pyrnn_fwd narrows the same way
+ *   (fwd_step is shared) where it stores every result: not a two-phase cell's y (pyrnn_fwd_b
+ *   writes it) nor a projection's (pyrnn_proj). */
 #define PYRNN_IO16 (PYRNN_DTYPE == 1)      /* (16-bit calls compute in float32) */
 
 #if PYRNN_IO16
