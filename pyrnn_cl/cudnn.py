@@ -383,7 +383,7 @@ class _Net:
         part = self.state_part(full, l, width)
         if part is not None:
             return part
-        out = self.call.empty((self.D, self.N, width))
+        out = empty(self.q, (self.D, self.N, width), full.dtype)
         _copy(self.q, out, 0, full, self.lay.state_offset(l, self.N, width),
               self.D * self.N * width)
         return out
@@ -543,9 +543,21 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     call, lay = net.call, net.lay
     T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
     rec = None if net.empty_run else net.recurrence()   # memory check before any copy
+    # a 16-bit call hands its initial states to the engine as stored (its kernels widen them;
+    # pyrnn_final reads them for rows of length 0), and its time-major source where the first
+    # layer computes its input product in the kernel, which widens it
+    states16 = call.converts and not net.empty_run
+    x16 = (states16 and net.time_major and lay.has_w(0)
+           and rec is not None and rec.projects_in_kernel(lay.in_size(0)))
     h0_all, c0_all, x_in = call.devs(
-        ("input_h", input_h), ("input_c", input_c if net.lstm else None),
-        ("input", None if net.empty_run else input, net.seq_shape(net.I)))
+        ("input_h", None if states16 else input_h),
+        ("input_c", input_c if net.lstm and not states16 else None),
+        ("input", None if net.empty_run or x16 else input, net.seq_shape(net.I)))
+    if states16:
+        h0_all = call.stored("input_h", input_h)
+        c0_all = call.stored("input_c", input_c) if net.lstm else None
+    if x16:
+        x_in = call.stored("input", input, net.seq_shape(net.I))
     # a 16-bit call's final states are rounded by the kernel that writes them
     final = (functools.partial(empty, net.q, dtype=call.storage)
              if call.converts and not net.empty_run else call.empty)
@@ -823,10 +835,20 @@ class _Backprop:
         # engine reads in float32): the engine's kernels read its saved gates and cell
         # states in 16 bits and widen the layers' inputs themselves (Recurrence.backward)
         reserve16 = call.converts and not lay.P
+        # ... and so do the initial states and a time-major source
+        x16 = reserve16 and net.time_major
         res, h0_all, c0_all, x0 = call.devs(
-            ("reserve_space", None if reserve16 else reserve_space), ("input_h", input_h),
-            ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)))
-        self.res = call.stored("reserve_space", reserve_space) if reserve16 else res
+            ("reserve_space", None if reserve16 else reserve_space),
+            ("input_h", None if reserve16 else input_h),
+            ("input_c", input_c if net.lstm and not reserve16 else None),
+            ("input", None if x16 else input, net.seq_shape(net.I)))
+        self.res = res
+        if reserve16:
+            self.res = call.stored("reserve_space", reserve_space)
+            h0_all = call.stored("input_h", input_h)
+            c0_all = call.stored("input_c", input_c) if net.lstm else None
+        if x16:
+            x0 = call.stored("input", input, net.seq_shape(net.I))
         self.x0 = net.to_time_major(x0, net.I)
         self.parts, self.views = net.reserve_views(self.res)   # in place where addressable
         for l in range(L - 1, -1, -1):
@@ -871,14 +893,19 @@ class _Backprop:
                                                 output_c_backprop)
         self.done = True
         dparams, dh0_all, dc0_all = fill(self.dparams, 0), self.dh0_all, self.dc0_all
-        # with the reserve as stored, a 16-bit time-major dy too (the kernels read it so)
-        dy_stored = self.res is not None and self.res.dtype != net.dt and net.time_major
+        # with the reserve as stored, the final-state gradients and a time-major dy too (the
+        # kernels read dy so, and widen the others)
+        stored = self.res is not None and self.res.dtype != net.dt
+        dy_stored = stored and net.time_major
         dy, dhn_all, dcn_all = call.devs(
             ("output_backprop", None if net.empty_run or dy_stored else output_backprop),
-            ("output_h_backprop", output_h_backprop),
-            ("output_c_backprop", output_c_backprop))
+            ("output_h_backprop", None if stored else output_h_backprop),
+            ("output_c_backprop", None if stored else output_c_backprop))
         if dy_stored:
             dy = call.stored("output_backprop", output_backprop)
+        if stored:
+            dhn_all = call.stored("output_h_backprop", output_h_backprop)
+            dcn_all = call.stored("output_c_backprop", output_c_backprop)
         if net.empty_run:
             dx = call.zeros((T, N, net.I))
             if dhn_all is not None:

@@ -790,23 +790,27 @@ class Recurrence:
         return dict(args, **{mask: _I32(sum(bits[name] for name in arrays))})
 
     def final_state(self, seq, width, init: StateView, out: StateView, lens=None):
-        """``out[d][n] = seq[t_last][n][d]`` (``init`` where a row has length 0); ``out`` may be
-        of the layer's 16-bit storage dtype (the values rounded as stored)."""
+        """``out[d][n] = seq[t_last][n][d]`` (``init`` where a row has length 0); ``init`` and
+        ``out`` may each be of the layer's 16-bit storage dtype (read, and rounded, as
+        stored)."""
         T, N, D = self.T, self.N, self.D
         if N == 0 or width == 0:
             return
         knl = self._program().kernel("pyrnn_final")
         src = self._dummy if seq is None or T == 0 else seq
-        out16 = out.array.dtype != self.dtype
-        assert not out16 or out.array.dtype == self.weights, "a result of another dtype"
+        init16, out16 = (a.array.dtype != self.dtype for a in (init, out))
+        assert all(a.array.dtype in (self.dtype, self.weights) for a in (init, out))
+        dummy = self._dummy.base_data
         _sig("pyrnn_final").set(knl, T=_I32(T), N=_I32(N), W=_I32(width),
                                 rev_mask=_I32(self.rev_mask), src=src.base_data,
-                                init=init.array.base_data, i_sd=_I64(init.sd),
-                                i_sn=_I64(init.sn),
-                                out=self._dummy.base_data if out16 else out.array.base_data,
+                                init=dummy if init16 else init.array.base_data,
+                                i_sd=_I64(init.sd), i_sn=_I64(init.sn),
+                                out=dummy if out16 else out.array.base_data,
                                 o_sd=_I64(out.sd), o_sn=_I64(out.sn), lens=self._or_dummy(lens),
-                                s16=_I32(dtype_code(self.weights) if out16 else 0),
-                                out16=out.array.base_data if out16 else self._dummy.base_data)
+                                s16=_I32(dtype_code(self.weights) if init16 or out16 else 0),
+                                io16=_I32(init16 + 2 * out16),
+                                init16=init.array.base_data if init16 else dummy,
+                                out16=out.array.base_data if out16 else dummy)
         enqueue(self.device.queue, knl, (width, N, D))
 
     # -- backward ---------------------------------------------------------------------------

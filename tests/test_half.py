@@ -702,8 +702,10 @@ def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_st
     """A 16-bit training cudnn_rnn (without projection or dropout) writes its 16-bit reserve
     space itself (the steps narrow as they store, whole-sequence or per step, with the
     products split over work-items too), and cudnn_rnn_backprop hands it to the engine as
-    stored, with a time-major output_backprop: nothing widens the reserve or a layer's saved
-    gates (the kernels read them, and the cell states and dy, in 16 bits). Both ops' results
+    stored, with its initial states, final-state gradients and (time-major) source and
+    output_backprop: nothing widens the reserve or a layer's saved gates (the kernels read
+    them, and the cell states and dy, in 16 bits), and where the whole-sequence kernels run on
+    time-major arrays nothing is widened before them at all. Both ops' results
     are, bit for bit, the float32 ops' on the same 16-bit values rounded by NumPy /
     ml_dtypes; the backprop changes neither the reserve nor dy."""
     from helpers.device import PER_STEP, override_tuning
@@ -737,6 +739,8 @@ def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_st
                                   out[3], out[4], time_major=tm, **kw, device=device)
     sav_size = T * N * D * (4 if lstm else 3) * H
     assert reserve.size not in widened and sav_size not in widened, widened
+    if tm and not per_step and int(device.tuning("recurrence").get("REC_SEQ_BYTES", 0)):
+        assert widened == [], widened       # the whole-sequence kernel widens the rest
     assert np.array_equal(out[3].get().view(np.uint16), reserve.view(np.uint16))
     assert np.array_equal(up[0].get().view(np.uint16), dy.view(np.uint16))
     # the float32 op on the same values: its own host_reserved, the 16-bit reserve widened

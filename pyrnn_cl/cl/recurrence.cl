@@ -1236,25 +1236,29 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
 
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
- * init[d][n][k] when len = 0; in a 16-bit call with s16 set, rounded into out16 instead (the
- * result of a 16-bit op: no narrowing launch after). Global size (W, N, D). */
+ * init[d][n][k] when len = 0. A 16-bit call (storage code s16) may give init in 16 bits (bit 1
+ * of io16: read from init16) and want out in 16 bits (bit 2: rounded into out16), so that no
+ * conversion launch comes before or after. Global size (W, N, D). */
 __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_mask,
                           __global const real *src, __global const real *init, const long i_sd,
                           const long i_sn, __global real *out, const long o_sd, const long o_sn,
-                          __global const int *lens, const int s16, __global ushort *out16)
+                          __global const int *lens, const int s16, const int io16,
+                          __global const ushort *init16, __global ushort *out16)
 {
     const int k = get_global_id(0), n = get_global_id(1), d = get_global_id(2);
     const int D = get_global_size(2);
     const int len = row_len(lens, n, T);
     const int t_last = ((rev_mask >> d) & 1) ? 0 : len - 1;
-    const real v = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k]
-                           : init[d * i_sd + n * i_sn + k];
-    const long o = d * o_sd + n * o_sn + k;
+    const long i = d * i_sd + n * i_sn + k, o = d * o_sd + n * o_sn + k;
 #if PYRNN_IO16
-    if (s16) {
+    const real v = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k]
+                           : (io16 & 1) ? load16(s16, init16 + i) : init[i];
+    if (io16 & 2) {
         store16(s16, v, out16 + o);
         return;
     }
+#else
+    const real v = len > 0 ? src[seq_off(t_last, n, d, N, D, W) + k] : init[i];
 #endif
     out[o] = v;
 }
