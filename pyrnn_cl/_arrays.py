@@ -403,11 +403,13 @@ def widen_runs(device, a, offset, stride, n, runs, out) -> None:
     enqueue(device.queue, knl, (n, runs))
 
 
-def narrow_many(device, arrays, storage) -> list[cla.Array]:
-    """New device arrays of the 16-bit ``storage`` dtype with the values of the contiguous
-    float32 device arrays ``arrays`` rounded to nearest even (overflow to infinity, NaN kept),
-    converted :data:`CONVERT_SLOTS` per launch."""
-    outs = [empty(device.queue, a.shape, storage) for a in arrays]
+def narrow_many(device, arrays, storage, out=None) -> list[cla.Array]:
+    """Device arrays of the 16-bit ``storage`` dtype with the values of the contiguous float32
+    device arrays ``arrays`` rounded to nearest even (overflow to infinity, NaN kept),
+    converted :data:`CONVERT_SLOTS` per launch: new ones, or the contiguous arrays ``out`` (of
+    the same sizes; their offsets are honoured)."""
+    outs = [empty(device.queue, a.shape, storage) for a in arrays] if out is None else list(out)
+    assert all(o.size == a.size for a, o in zip(arrays, outs))
     _convert(device, "pyrnn_narrow", storage, list(zip(arrays, outs)))
     return outs
 
@@ -564,6 +566,15 @@ class Call:
         self._check_device_array(name, a)
         return _zero_offset(self.queue, a), False
 
+    def inputs(self, *items, stored=()):
+        """:meth:`devs` of each ``(name, array[, shape])``, but :meth:`stored` of those whose
+        name is in ``stored`` (their 16-bit values handed to kernels that read or widen them
+        themselves)."""
+        wide = self.devs(*[item if item[0] not in stored else (item[0], None)
+                           for item in items])
+        return [self.stored(*item) if item[0] in stored else w
+                for item, w in zip(items, wide)]
+
     def stored(self, name, a, shape=None):
         """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
         array is uploaded as it is and not widened, and a NumPy array of a call with NumPy
@@ -603,21 +614,27 @@ class Call:
         self._check_alloc(shape)
         return cla.zeros(self.queue, shape, self.dtype)
 
-    def empty(self, shape):
+    def empty(self, shape, dtype=None):
         """A new device array of the compute dtype for a result. In a call that converts, every
         such result is narrowed into an array of its own (:meth:`outs`) and then dropped, so it
         comes from the pool (:func:`temporary`) instead of a fresh buffer per result and call,
         freed with its narrowing still queued (measured on CPU devices: page faults; on NVIDIA's
         OpenCL the idle gaps around the 16-bit conversions stayed: they are host launch work,
-        docs/benchmarks.md)."""
+        docs/benchmarks.md). ``dtype``: the call's storage dtype instead, for a result that
+        kernels write narrowed themselves (a new array, returned as it is), or for a copy of
+        part of a stored argument."""
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            assert np.dtype(dtype) == self.storage, dtype
+            self._check_alloc(shape, self.storage)
+            return empty(self.queue, shape, self.storage)
         self._check_alloc(shape)
         if self.converts:
             return temporary(self.device, shape, self.dtype)
         return empty(self.queue, shape, self.dtype)
 
-    def _check_alloc(self, shape):
+    def _check_alloc(self, shape, dtype=None):
         check_memory(self.device, f"an array of shape {list(shape)}",
-                     [math.prod(int(n) for n in shape) * self.dtype.itemsize])
+                     [math.prod(int(n) for n in shape) * (dtype or self.dtype).itemsize])
 
     def lengths(self, name, a, n, high):
         """An int32 device array of sequence lengths ``[n]`` with values in ``[0, high]``."""

@@ -56,10 +56,9 @@ from ._arrays import (
     check_shape,
     common_dtype,
     copied_at_creation,
-    empty,
     fill,
     is_array,
-    narrow,
+    narrow_many,
     sub_array,
     widen_runs,
 )
@@ -383,7 +382,7 @@ class _Net:
         part = self.state_part(full, l, width)
         if part is not None:
             return part
-        out = empty(self.q, (self.D, self.N, width), full.dtype)
+        out = self.call.empty((self.D, self.N, width), full.dtype)
         _copy(self.q, out, 0, full, self.lay.state_offset(l, self.N, width),
               self.D * self.N * width)
         return out
@@ -400,7 +399,7 @@ class _Net:
         part = self.state_part(full, l, width)
         if part is not None:
             return part, True
-        return empty(self.q, (self.D, self.N, width), full.dtype), False
+        return self.call.empty((self.D, self.N, width), full.dtype), False
 
     def put_state(self, full, l, part, width):
         _copy(self.q, full, self.lay.state_offset(l, self.N, width), part, 0,
@@ -549,26 +548,19 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     states16 = call.converts and not net.empty_run
     x16 = (states16 and net.time_major and lay.has_w(0)
            and rec is not None and rec.projects_in_kernel(lay.in_size(0)))
-    h0_all, c0_all, x_in = call.devs(
-        ("input_h", None if states16 else input_h),
-        ("input_c", input_c if net.lstm and not states16 else None),
-        ("input", None if net.empty_run or x16 else input, net.seq_shape(net.I)))
-    if states16:
-        h0_all = call.stored("input_h", input_h)
-        c0_all = call.stored("input_c", input_c) if net.lstm else None
-    if x16:
-        x_in = call.stored("input", input, net.seq_shape(net.I))
+    h0_all, c0_all, x_in = call.inputs(
+        ("input_h", input_h), ("input_c", input_c if net.lstm else None),
+        ("input", None if net.empty_run else input, net.seq_shape(net.I)),
+        stored=(("input_h", "input_c") if states16 else ()) + (("input",) if x16 else ()))
     # a 16-bit call's final states are rounded by the kernel that writes them
-    final = (functools.partial(empty, net.q, dtype=call.storage)
-             if call.converts and not net.empty_run else call.empty)
-    out_h = final((L * D, N, K))
-    out_c = final((L * D, N, H)) if net.lstm else call.empty((0,))
+    final = call.storage if states16 else None
+    out_h = call.empty((L * D, N, K), final)
+    out_c = call.empty((L * D, N, H), final) if net.lstm else call.empty((0,))
     res_size = lay.reserve_size(T, N, net.drop) if net.training else 0
     # a 16-bit training forward (no projection, no dropout) writes its 16-bit reserve parts
     # itself: the engine narrows y, c and the saved gates into them as its steps store them
     reserve16 = call.converts and net.training and not lay.P and not net.drop
-    reserve = (empty(net.q, (res_size,), call.storage) if reserve16
-               else call.empty((res_size,)))
+    reserve = call.empty((res_size,), call.storage if reserve16 else None)
     if net.empty_run:
         y = call.zeros((T, N, D * K))
         _copy(net.q, out_h, 0, h0_all, 0, out_h.size)
@@ -583,7 +575,7 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
                         else ([{}] * L, [Reserve()] * L))
         if call.converts and not net.training and net.time_major:
             # a 16-bit inference: the last layer rounds its output as it stores it
-            views[L - 1] = Reserve(y=empty(net.q, (T, N, D * K), call.storage))
+            views[L - 1] = Reserve(y=call.empty((T, N, D * K), call.storage))
         if net.training:
             _zero_gaps(net.q, reserve, parts)
         for l in range(L):
@@ -608,9 +600,10 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
             for name, (off, size) in parts[l].items():     # parts the device cannot address
                 if getattr(views[l], name) is None:
                     src = getattr(written, name)
-                    if src.dtype != reserve.dtype:
-                        src = narrow(net.dev, src, reserve.dtype)
-                    _copy(net.q, reserve, off, src, 0, size)
+                    if src.dtype != reserve.dtype:      # (float32 results of a 16-bit call)
+                        narrow_many(net.dev, [src], reserve.dtype, out=[reserve[off:off + size]])
+                    else:
+                        _copy(net.q, reserve, off, src, 0, size)
             y = fwd.y
             if l < L - 1:
                 x = net.apply_dropout(y, l, views[l + 1].xd) if net.drop else y
@@ -837,18 +830,11 @@ class _Backprop:
         reserve16 = call.converts and not lay.P
         # ... and so do the initial states and a time-major source
         x16 = reserve16 and net.time_major
-        res, h0_all, c0_all, x0 = call.devs(
-            ("reserve_space", None if reserve16 else reserve_space),
-            ("input_h", None if reserve16 else input_h),
-            ("input_c", input_c if net.lstm and not reserve16 else None),
-            ("input", None if x16 else input, net.seq_shape(net.I)))
-        self.res = res
-        if reserve16:
-            self.res = call.stored("reserve_space", reserve_space)
-            h0_all = call.stored("input_h", input_h)
-            c0_all = call.stored("input_c", input_c) if net.lstm else None
-        if x16:
-            x0 = call.stored("input", input, net.seq_shape(net.I))
+        self.res, h0_all, c0_all, x0 = call.inputs(
+            ("reserve_space", reserve_space), ("input_h", input_h),
+            ("input_c", input_c if net.lstm else None), ("input", input, net.seq_shape(net.I)),
+            stored=(("reserve_space", "input_h", "input_c") if reserve16 else ())
+            + (("input",) if x16 else ()))
         self.x0 = net.to_time_major(x0, net.I)
         self.parts, self.views = net.reserve_views(self.res)   # in place where addressable
         for l in range(L - 1, -1, -1):
@@ -875,7 +861,7 @@ class _Backprop:
         if view is not None:
             return view
         off, size = self.parts[l][name]
-        out = empty(self.net.q, self.net.part_shape(size), self.res.dtype)
+        out = self.net.call.empty(self.net.part_shape(size), self.res.dtype)
         _copy(self.net.q, out, 0, self.res, off, size)
         return out
 
@@ -897,15 +883,11 @@ class _Backprop:
         # kernels read dy so, and widen the others)
         stored = self.res is not None and self.res.dtype != net.dt
         dy_stored = stored and net.time_major
-        dy, dhn_all, dcn_all = call.devs(
-            ("output_backprop", None if net.empty_run or dy_stored else output_backprop),
-            ("output_h_backprop", None if stored else output_h_backprop),
-            ("output_c_backprop", None if stored else output_c_backprop))
-        if dy_stored:
-            dy = call.stored("output_backprop", output_backprop)
-        if stored:
-            dhn_all = call.stored("output_h_backprop", output_h_backprop)
-            dcn_all = call.stored("output_c_backprop", output_c_backprop)
+        dy, dhn_all, dcn_all = call.inputs(
+            ("output_backprop", None if net.empty_run else output_backprop),
+            ("output_h_backprop", output_h_backprop), ("output_c_backprop", output_c_backprop),
+            stored=(("output_h_backprop", "output_c_backprop") if stored else ())
+            + (("output_backprop",) if dy_stored else ()))
         if net.empty_run:
             dx = call.zeros((T, N, net.I))
             if dhn_all is not None:

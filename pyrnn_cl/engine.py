@@ -43,7 +43,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from ._arrays import (
@@ -712,10 +711,8 @@ class Recurrence:
                      lens=lens_arg)))
         self._run_steps(kernels, range(T))
         if into16 and not narrowed:     # the step kernels did not narrow: one launch after
-            results = [getattr(out, name) for name in into16]
-            for name, a in zip(into16, narrow_many(self.device, results, self.weights)):
-                cl.enqueue_copy(self.device.queue, into16[name].base_data, a.base_data,
-                                byte_count=a.nbytes, dst_offset=into16[name].offset)
+            narrow_many(self.device, [getattr(out, name) for name in into16], self.weights,
+                        out=list(into16.values()))
             out = dataclasses.replace(out, sav=into16.get("sav", out.sav))
         return dataclasses.replace(out, **back)
 

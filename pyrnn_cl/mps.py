@@ -231,10 +231,8 @@ class _Layer:
         inputs = [("source", source), ("bias", bias), ("init_state", init_state),
                   ("init_cell", init_cell if self.cell.has_c else None)] + grads
         as_stored = q.converts and (bool(grads) or input_weight is not None)
-        self.peep, b2, *rest = q.devs(("peephole", peephole), ("secondary_bias", b2),
-                                      *([] if as_stored else inputs))
-        if as_stored:
-            rest = [q.stored(name, a) for name, a in inputs]
+        self.peep, b2, *rest = q.inputs(("peephole", peephole), ("secondary_bias", b2), *inputs,
+                                        stored=[name for name, _ in inputs] if as_stored else ())
         self.x, self.b, h0, c0, *grad_d = rest
         self._grad_devs = {name: a for (name, _), a in zip(grads, grad_d)}
         # absent initial states: every (d, n) reads the same row of shared zeros

@@ -759,6 +759,35 @@ def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_st
                               out32[k].astype(dtype).view(np.uint16)), f"forward result {k}"
 
 
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_cudnn_16_bit_parts_the_device_cannot_address(device, monkeypatch, dtype):
+    """Where no reserve part or state slice can be a sub-buffer (``sub_array`` gives None: an
+    alignment the device does not offer), a 16-bit training forward narrows each part into
+    reserve_space, state slices are copied in their own dtype and backprop copies the parts
+    out in 16 bits: the same results, bit for bit, as in place."""
+    from pyrnn_cl import cudnn
+
+    d, kw = _cudnn_problem("lstm", 2, 2, 0, dtype, seed=21)
+    lens = np.array([7, 3, 6, 7, 1])
+    rng = np.random.default_rng(5)
+    up = [rng.standard_normal(shape).astype(dtype) for shape in ((7, 5, 22), (4, 5, 11),
+                                                                  (4, 5, 11))]
+
+    def run():
+        out = rc.cudnn_rnn(d["x"], d["h0"], d["c0"], d["params"], lens, **kw, device=device)
+        return list(out) + list(rc.cudnn_rnn_backprop(
+            d["x"], d["h0"], d["c0"], d["params"], lens, *out[:3], *up, *out[3:], **kw,
+            device=device))
+
+    in_place = run()
+    calls = []
+    monkeypatch.setattr(cudnn, "sub_array", lambda *a: calls.append(a) and None)
+    copied = run()
+    assert len(calls) > 2 * 3 * 2           # every part of both calls took the copy path
+    for k, (a, b) in enumerate(zip(in_place, copied)):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), k
+
+
 @pytest.mark.oclgrind
 def test_cudnn_float16_gru_in_the_sequence_kernel(device, monkeypatch):
     """Under Oclgrind: the case above for a float16 GRU with whole-sequence kernels on
