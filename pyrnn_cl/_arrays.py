@@ -374,13 +374,17 @@ def _convert(device, kernel, storage, pairs) -> None:
             enqueue(device.queue, knl, (tail,))
 
 
-def widen_many(device, arrays, storage) -> list[cla.Array]:
+def widen_many(device, arrays, storage, out=None) -> list[cla.Array]:
     """Float32 device arrays with the values of the contiguous device arrays ``arrays`` of a
     16-bit storage dtype (exact: every float16 and bfloat16 is a float32), converted
     :data:`CONVERT_SLOTS` per launch. They live inside one op call (:func:`temporary`: pooled
     memory, reused by the next call instead of faulting in fresh pages, ~1 ms per million
-    elements on Intel's CPU runtime); results are narrowed into arrays of their own."""
-    outs = [temporary(device, a.shape, np.float32) for a in arrays]
+    elements on Intel's CPU runtime); results are narrowed into arrays of their own. ``out``:
+    contiguous float32 arrays (of the same sizes; their offsets are honoured) to widen into
+    instead, e.g. views into one array."""
+    outs = ([temporary(device, a.shape, np.float32) for a in arrays] if out is None
+            else list(out))
+    assert all(o.size == a.size for a, o in zip(arrays, outs))
     _convert(device, "pyrnn_widen", storage, list(zip(arrays, outs)))
     return outs
 

@@ -60,6 +60,7 @@ from ._arrays import (
     is_array,
     narrow_many,
     sub_array,
+    widen_many,
     widen_runs,
 )
 from ._lifecycle import entry_point
@@ -342,6 +343,7 @@ class _Net:
         self.training = check_bool("is_training", training)
         self.drop = self.training and self.dropout > 0 and L > 1
         self.dev, self.dt, self.q = call.device, call.dtype, call.queue
+        self._wide_b: cla.Array | None = None    # a 16-bit call's biases in float32 (widen16)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -432,17 +434,39 @@ class _Net:
     def biases(self, params, l):
         """``(bW, bR)`` of layer ``l``, each an :class:`engine.Target`: where they lie in
         ``params`` (direction ``d``'s ``G·H`` values one pseudo-layer apart), or for 16-bit
-        params widened together by one launch into a ``[D][2][G·H]`` array (``bR`` follows
+        params in the ``[L][D][2][G·H]`` float32 array :meth:`widen16` made (``bR`` follows
         ``bW`` in each pseudo-layer)."""
-        lay, GH = self.lay, self.GH
+        GH = self.GH
         if params.dtype == self.dt:
-            stride = lay.pseudo_size(l)
-            return (engine.Target(params, lay.off_bw(l, 0), stride),
-                    engine.Target(params, lay.off_br(l, 0), stride))
-        assert lay.off_br(l, 0) == lay.off_bw(l, 0) + GH
-        out = self.call.empty((self.D * 2 * GH,))
-        widen_runs(self.dev, params, lay.off_bw(l, 0), lay.pseudo_size(l), 2 * GH, self.D, out)
-        return engine.Target(out, 0, 2 * GH), engine.Target(out, GH, 2 * GH)
+            stride = self.lay.pseudo_size(l)
+            return (engine.Target(params, self.lay.off_bw(l, 0), stride),
+                    engine.Target(params, self.lay.off_br(l, 0), stride))
+        assert self._wide_b is not None, "a 16-bit call widens its biases first (widen16)"
+        base = l * self.D * 2 * GH
+        return (engine.Target(self._wide_b, base, 2 * GH),
+                engine.Target(self._wide_b, base + GH, 2 * GH))
+
+    def widen16(self, params, arrays):
+        """A 16-bit call's conversions at its start, together: one launch for up to
+        :data:`CONVERT_SLOTS` arrays instead of one per layer and kind of input (on a GPU each
+        launch costs more host time than its kernel; docs/benchmarks.md). Widens every
+        layer's biases (one run of ``bW`` and ``bR`` per direction; kept for :meth:`biases`)
+        and the 16-bit device arrays of the dict ``arrays`` (``None`` values skipped).
+        Returns ``{name: float32 array}`` for those."""
+        lay, L, D, GH = self.lay, self.L, self.D, self.GH
+        self._wide_b = wide_b = self.call.empty((L * D * 2 * GH,))
+        src, dst = [], []
+        for l in range(L):
+            for d in range(D):
+                off, at = lay.off_bw(l, d), (l * D + d) * 2 * GH
+                assert lay.off_br(l, d) == off + GH
+                src.append(params[off:off + 2 * GH])
+                dst.append(wide_b[at:at + 2 * GH])
+        names = [name for name, a in arrays.items() if a is not None]
+        out = [self.call.empty(arrays[name].shape) for name in names]
+        widen_many(self.dev, src + [arrays[name] for name in names], self.call.storage,
+                   out=dst + out)
+        return dict(zip(names, out))
 
     def input_gates(self, params, l, x, bw, gx=None):
         r"""``gx [T][N][D][G][H] = x W_l^T + bW`` with both directions' ``W`` read from
@@ -542,16 +566,13 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     call, lay = net.call, net.lay
     T, N, L, D, H, K = net.T, net.N, net.L, net.D, net.H, net.K
     rec = None if net.empty_run else net.recurrence()   # memory check before any copy
-    # a 16-bit call hands its initial states to the engine as stored (its kernels widen them;
-    # pyrnn_final reads them for rows of length 0), and its time-major source where the first
-    # layer computes its input product in the kernel, which widens it
+    # a 16-bit call takes its source and initial states as stored, and widens them below
+    # where no kernel reads them so
     states16 = call.converts and not net.empty_run
-    x16 = (states16 and net.time_major and lay.has_w(0)
-           and rec is not None and rec.projects_in_kernel(lay.in_size(0)))
     h0_all, c0_all, x_in = call.inputs(
         ("input_h", input_h), ("input_c", input_c if net.lstm else None),
         ("input", None if net.empty_run else input, net.seq_shape(net.I)),
-        stored=(("input_h", "input_c") if states16 else ()) + (("input",) if x16 else ()))
+        stored=("input_h", "input_c", "input") if states16 else ())
     # a 16-bit call's final states are rounded by the kernel that writes them
     final = call.storage if states16 else None
     out_h = call.empty((L * D, N, K), final)
@@ -569,6 +590,19 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
     else:
         assert rec is not None      # built above: the run is not empty
         params_d = call.stored("params", params)    # 16-bit: read as stored
+        if call.converts:
+            # one conversion launch for the biases and what no kernel reads as stored: the
+            # whole-sequence kernels that compute the input product widen their initial states
+            # (pyrnn_final reads them as stored for rows of length 0), and the first layer's
+            # the source where it is time-major
+            in_kernel = [lay.has_w(l) and rec.projects_in_kernel(lay.in_size(l))
+                         for l in range(L)]
+            wide = net.widen16(params_d, dict(
+                x=None if net.time_major and in_kernel[0] else x_in,
+                h0=None if all(in_kernel) else h0_all,
+                c0=None if all(in_kernel) else c0_all))
+            x_in, h0_all = wide.get("x", x_in), wide.get("h0", h0_all)
+            c0_all = wide.get("c0", c0_all)
         x = net.to_time_major(x_in, net.I)
         # training: every layer writes its saved values straight into its reserve parts
         parts, views = (net.reserve_views(reserve) if net.training
@@ -836,6 +870,8 @@ class _Backprop:
             stored=(("reserve_space", "input_h", "input_c") if reserve16 else ())
             + (("input",) if x16 else ()))
         self.x0 = net.to_time_major(x0, net.I)
+        if call.converts and self.rec.cell.needs_hn:
+            net.widen16(params_d, {})       # the hidden-side biases, for the loop below
         self.parts, self.views = net.reserve_views(self.res)   # in place where addressable
         for l in range(L - 1, -1, -1):
             R, wp = net.weights(params_d, l)

@@ -760,6 +760,44 @@ def test_cudnn_reserve_stays_16_bit(device, monkeypatch, dtype, mode, tm, per_st
 
 
 @pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("mode,tm,per_step", [("lstm", True, True), ("gru", False, True),
+                                              ("lstm", False, False), ("gru", True, False)])
+def test_cudnn_16_bit_forward_converts_in_one_launch(device, monkeypatch, dtype, mode, tm,
+                                                     per_step):
+    """A 16-bit cudnn_rnn widens everything its kernels do not read as stored in one
+    conversion launch: every layer's biases, and where a layer runs per step (GPUs, large
+    layers) the source and the initial states too (two bidirectional layers: 4 bias runs, x,
+    h0, c0 fit the 8 slots of one launch; it used to be one launch for x, one per layer for
+    the biases and one per layer for the states). Its results are, bit for bit, the float32
+    op's on the same 16-bit values."""
+    from helpers.device import PER_STEP, override_tuning
+    if per_step:
+        override_tuning(device, monkeypatch, **PER_STEP)
+    d, kw = _cudnn_problem(mode, 2, 2, 0, dtype, time_major=tm, seed=31)
+    lstm = mode == "lstm"
+    lens = np.array([7, 3, 6, 7, 1])
+    launches = []
+    real = _arrays._convert
+    monkeypatch.setattr(_arrays, "_convert", lambda dv, kernel, st, pairs: (
+        launches.append((kernel, [a.size for a, _ in pairs])), real(dv, kernel, st, pairs))[1])
+    dev = {k: cla.to_device(device.queue, v) for k, v in d.items()}
+    for training in (True, False):
+        launches.clear()
+        out = rc.cudnn_rnn(dev["x"], dev["h0"], dev["c0"] if lstm else None, dev["params"],
+                           lens, is_training=training, time_major=tm, **kw, device=device)
+        widened = [sizes for kernel, sizes in launches if kernel == "pyrnn_widen"]
+        assert len(widened) == 1, launches
+        runs = sorted(widened[0])[:4]       # the bias runs: bW and bR of each layer and direction
+        assert runs == [2 * (4 if lstm else 3) * 11] * 4, widened
+        f32 = {k: v.astype(np.float32) for k, v in d.items()}
+        want = rc.cudnn_rnn(f32["x"], f32["h0"], f32["c0"] if lstm else None, f32["params"],
+                            lens, is_training=training, time_major=tm, **kw, device=device)
+        for k in range(3 if lstm else 2):
+            assert np.array_equal(out[k].get().view(np.uint16),
+                                  want[k].astype(dtype).view(np.uint16)), (training, k)
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
 def test_cudnn_16_bit_parts_the_device_cannot_address(device, monkeypatch, dtype):
     """Where no reserve part or state slice can be a sub-buffer (``sub_array`` gives None: an
     alignment the device does not offer), a 16-bit training forward narrows each part into
