@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -347,6 +348,21 @@ def _storage_program(device, storage):
                                               "CONVERT_SLOTS": CONVERT_SLOTS})
 
 
+class Span(NamedTuple):
+    """``size`` elements of a device array from element ``start``, for :func:`widen_many` and
+    :func:`narrow_many` (which read only these fields): a run inside a larger array without
+    building a pyopencl view (its slicing costs ~40 us of host time)."""
+
+    base_data: object
+    offset: int         # in bytes, as an Array's
+    size: int
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, a: cla.Array, start: int, size: int) -> Span:
+        return cls(a.base_data, a.offset + int(start) * a.dtype.itemsize, int(size), a.dtype)
+
+
 def _convert(device, kernel, storage, pairs) -> None:
     """Enqueue conversion ``kernel`` (``pyrnn_widen`` or ``pyrnn_narrow`` of
     ``cl/storage.cl``) for every ``(src, dst)`` of ``pairs`` (contiguous device arrays of one
@@ -381,7 +397,7 @@ def widen_many(device, arrays, storage, out=None) -> list[cla.Array]:
     memory, reused by the next call instead of faulting in fresh pages, ~1 ms per million
     elements on Intel's CPU runtime); results are narrowed into arrays of their own. ``out``:
     contiguous float32 arrays (of the same sizes; their offsets are honoured) to widen into
-    instead, e.g. views into one array."""
+    instead, e.g. views into one array; ``arrays`` and ``out`` may hold :class:`Span` objects."""
     outs = ([temporary(device, a.shape, np.float32) for a in arrays] if out is None
             else list(out))
     assert all(o.size == a.size for a, o in zip(arrays, outs))
@@ -618,7 +634,7 @@ class Call:
         self._check_alloc(shape)
         return cla.zeros(self.queue, shape, self.dtype)
 
-    def empty(self, shape, dtype=None):
+    def empty(self, shape, dtype=None, own=False):
         """A new device array of the compute dtype for a result. In a call that converts, every
         such result is narrowed into an array of its own (:meth:`outs`) and then dropped, so it
         comes from the pool (:func:`temporary`) instead of a fresh buffer per result and call,
@@ -626,13 +642,14 @@ class Call:
         OpenCL the idle gaps around the 16-bit conversions stayed: they are host launch work,
         docs/benchmarks.md). ``dtype``: the call's storage dtype instead, for a result that
         kernels write narrowed themselves (a new array, returned as it is), or for a copy of
-        part of a stored argument."""
+        part of a stored argument. ``own``: a buffer of its own even so, never pooled (whose
+        parts :func:`sub_array` can address)."""
         if dtype is not None and np.dtype(dtype) != self.dtype:
             assert np.dtype(dtype) == self.storage, dtype
             self._check_alloc(shape, self.storage)
             return empty(self.queue, shape, self.storage)
         self._check_alloc(shape)
-        if self.converts:
+        if self.converts and not own:
             return temporary(self.device, shape, self.dtype)
         return empty(self.queue, shape, self.dtype)
 

@@ -47,6 +47,7 @@ import pyopencl.array as cla
 from . import engine
 from ._arrays import (
     Call,
+    Span,
     check_bool,
     check_choice,
     check_float,
@@ -381,6 +382,8 @@ class _Net:
         """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state, to
         read: the same memory where the device can address it (:meth:`state_part`), else a
         copy."""
+        if self.L == 1:
+            return full                 # (the whole array: no sub-buffer to make)
         part = self.state_part(full, l, width)
         if part is not None:
             return part
@@ -398,6 +401,8 @@ class _Net:
     def out_state(self, full, l, width):
         """``(array, in_place)``: where layer ``l`` writes its slice of the state ``full``: the
         slice itself, or (``in_place`` False) a new array for :meth:`put_state`."""
+        if self.L == 1:
+            return full, True
         part = self.state_part(full, l, width)
         if part is not None:
             return part, True
@@ -451,7 +456,9 @@ class _Net:
         :data:`CONVERT_SLOTS` arrays instead of one per layer and kind of input (on a GPU each
         launch costs more host time than its kernel; docs/benchmarks.md). Widens every
         layer's biases (one run of ``bW`` and ``bR`` per direction; kept for :meth:`biases`)
-        and the 16-bit device arrays of the dict ``arrays`` (``None`` values skipped).
+        and the 16-bit device arrays of the dict ``arrays`` (``None`` values skipped): the
+        initial states into buffers of their own (``h0``, ``c0``: :meth:`layer_state` takes
+        each layer's part as a sub-buffer, which pooled memory is not), the rest pooled.
         Returns ``{name: float32 array}`` for those."""
         lay, L, D, GH = self.lay, self.L, self.D, self.GH
         self._wide_b = wide_b = self.call.empty((L * D * 2 * GH,))
@@ -460,10 +467,10 @@ class _Net:
             for d in range(D):
                 off, at = lay.off_bw(l, d), (l * D + d) * 2 * GH
                 assert lay.off_br(l, d) == off + GH
-                src.append(params[off:off + 2 * GH])
-                dst.append(wide_b[at:at + 2 * GH])
+                src.append(Span.of(params, off, 2 * GH))
+                dst.append(Span.of(wide_b, at, 2 * GH))
         names = [name for name, a in arrays.items() if a is not None]
-        out = [self.call.empty(arrays[name].shape) for name in names]
+        out = [self.call.empty(arrays[name].shape, own=name in ("h0", "c0")) for name in names]
         widen_many(self.dev, src + [arrays[name] for name in names], self.call.storage,
                    out=dst + out)
         return dict(zip(names, out))
