@@ -348,6 +348,13 @@ def _storage_program(device, storage):
                                               "CONVERT_SLOTS": CONVERT_SLOTS})
 
 
+#: the argument types of the conversion kernels (buffers None): per slot the source, its
+#: offset, the destination, its offset, then n8 (the *8 kernels) or first, n1 (the *1 kernels);
+#: declared so that set_args packs plain ints without inspecting 40 arguments per launch
+_SLOT_TYPES = {8: (None, np.int64, None, np.int64, np.int64) * CONVERT_SLOTS,
+               1: (None, np.int64, None, np.int64, np.int64, np.int64) * CONVERT_SLOTS}
+
+
 class Span(NamedTuple):
     """``size`` elements of a device array from element ``start``, for :func:`widen_many` and
     :func:`narrow_many` (which read only these fields): a run inside a larger array without
@@ -374,19 +381,20 @@ def _convert(device, kernel, storage, pairs) -> None:
     prog = _storage_program(device, storage)
     for start in range(0, len(pairs), CONVERT_SLOTS):
         group = pairs[start:start + CONVERT_SLOTS]
-        slots = [(a.base_data, np.int64(a.offset // a.dtype.itemsize), b.base_data,
-                  np.int64(b.offset // b.dtype.itemsize), a.size) for a, b in group]
+        slots = [(a.base_data, a.offset // a.dtype.itemsize, b.base_data,
+                  b.offset // b.dtype.itemsize, int(a.size)) for a, b in group]
         slots += [slots[0][:4] + (0,)] * (CONVERT_SLOTS - len(slots))    # unused: n = 0
         wide = max(n // 8 for *_, n in slots)
         if wide:
             knl = prog.kernel(kernel + "8")
-            set_args(knl, *[v for *buffers, n in slots for v in (*buffers, np.int64(n // 8))])
+            set_args(knl, *[v for *buffers, n in slots for v in (*buffers, n // 8)],
+                     dtypes=_SLOT_TYPES[8])
             enqueue(device.queue, knl, (wide,))
         tail = max(n % 8 for *_, n in slots)
         if tail:
             knl = prog.kernel(kernel + "1")
-            set_args(knl, *[v for *buffers, n in slots
-                            for v in (*buffers, np.int64(n - n % 8), np.int64(n % 8))])
+            set_args(knl, *[v for *buffers, n in slots for v in (*buffers, n - n % 8, n % 8)],
+                     dtypes=_SLOT_TYPES[1])
             enqueue(device.queue, knl, (tail,))
 
 
