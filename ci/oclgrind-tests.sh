@@ -75,10 +75,18 @@ if [ $# -eq 0 ]; then
   fi
   echo "oclgrind-tests: pytest $*"
 fi
+# Oclgrind simulates on one core per process: with pytest-xdist the tests run in a process per
+# core (OCLGRIND_WORKERS, default auto; 0 = one process), each writing its kernel error log to
+# $OCLGRIND_LOG.<worker> (tests/conftest.py), all of which are read below.
+workers=${OCLGRIND_WORKERS:-auto}
+if [ "$workers" != 0 ] && "$PYTHON" -c "import xdist" 2>/dev/null; then
+  set -- "$@" -n "$workers"
+fi
 status=0
 # API errors are printed on stderr: --capture=sys lets them through pytest, tee keeps a copy.
 "$PYTHON" -m pytest --capture=sys "$@" 2> >(tee "$work/stderr.log" >&2) || status=$?
 wait  # for tee
+cat "$OCLGRIND_LOG".* >> "$OCLGRIND_LOG" 2>/dev/null || true   # the workers' logs, if any
 
 fail=0
 # Kernel errors go to $OCLGRIND_LOG; stderr is scanned too (kernel errors end up there when the

@@ -40,6 +40,19 @@ import pytest
 from helpers.device import needs_fp64
 
 
+def _oclgrind_log_per_worker() -> None:
+    """Under pytest-xdist each worker process writes Oclgrind's kernel error log
+    (``OCLGRIND_LOG``, set by ci/oclgrind-tests.sh) to a file of its own, ``<log>.<worker>``:
+    Oclgrind opens that file for writing, from the start, in each process, so workers sharing
+    one file would overwrite each other's reports. Set before any OpenCL context exists."""
+    worker, log = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("OCLGRIND_LOG")
+    if worker and log and not log.endswith(f".{worker}"):
+        os.environ["OCLGRIND_LOG"] = f"{log}.{worker}"
+
+
+_oclgrind_log_per_worker()
+
+
 def _device_params() -> list:
     """The ``device`` fixture's parameters: one ``"P:D"`` spec per device to test, or a single
     skipped parameter that says why there is none."""
