@@ -798,6 +798,47 @@ def test_cudnn_16_bit_forward_converts_in_one_launch(device, monkeypatch, dtype,
 
 
 @pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("mode,D,per_step", [("lstm", 2, False), ("gru", 1, False),
+                                             ("lstm", 1, True), ("gru", 2, True)])
+def test_cudnn_16_bit_skip_input(device, monkeypatch, dtype, mode, D, per_step):
+    """skip_input in 16 bits (layer 0 adds its input bias to the source itself, with no input
+    weight; the other layers' biases come from the call's one widening): cudnn_rnn and
+    cudnn_rnn_backprop give, bit for bit, the float32 ops' results on the same 16-bit values,
+    whole-sequence and per step."""
+    from helpers.device import PER_STEP, override_tuning
+    if per_step:
+        override_tuning(device, monkeypatch, **PER_STEP)
+    L, T, N, H = 2, 5, 3, 7
+    lstm = mode == "lstm"
+    kw = dict(rnn_mode=mode, input_mode="skip_input",
+              direction="bidirectional" if D == 2 else "unidirectional")
+    rng = np.random.default_rng(17)
+    d = rounded({"params": rng.uniform(-0.4, 0.4, CR.params_size(L, H, H, **kw)),
+                 "x": rng.standard_normal((T, N, H)),
+                 "h0": 0.8 * rng.standard_normal((L * D, N, H)),
+                 "c0": 0.8 * rng.standard_normal((L * D, N, H))}, dtype)
+    up = rounded({"dy": rng.standard_normal((T, N, D * H)),
+                  "dh": rng.standard_normal((L * D, N, H)),
+                  "dc": rng.standard_normal((L * D, N, H))}, dtype)
+    f32 = {k: v.astype(np.float32) for k, v in d.items()}
+    c0, c0_32 = (d["c0"], f32["c0"]) if lstm else (None, None)
+    out = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], **kw, device=device)
+    want = rc.cudnn_rnn(f32["x"], f32["h0"], c0_32, f32["params"], **kw, device=device)
+    for k in range(3 if lstm else 2):
+        assert np.array_equal(out[k].view(np.uint16), want[k].astype(dtype).view(np.uint16)), k
+    grads = rc.cudnn_rnn_backprop(d["x"], d["h0"], c0, d["params"], None, *out[:3], up["dy"],
+                                  up["dh"], up["dc"] if lstm else None, out[3], out[4], **kw,
+                                  device=device)
+    want = rc.cudnn_rnn_backprop(
+        f32["x"], f32["h0"], c0_32, f32["params"], None,
+        *[o.astype(np.float32) for o in out[:3]], up["dy"].astype(np.float32),
+        up["dh"].astype(np.float32), up["dc"].astype(np.float32) if lstm else None,
+        out[3].astype(np.float32), want[4], **kw, device=device)
+    for k, (g, w) in enumerate(zip(grads, want)):
+        assert np.array_equal(g.view(np.uint16), w.astype(dtype).view(np.uint16)), k
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
 def test_cudnn_16_bit_parts_the_device_cannot_address(device, monkeypatch, dtype):
     """Where no reserve part or state slice can be a sub-buffer (``sub_array`` gives None: an
     alignment the device does not offer), a 16-bit training forward narrows each part into
