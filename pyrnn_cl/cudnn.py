@@ -598,10 +598,10 @@ def cudnn_rnn(input: Array, input_h: Array, input_c: Array | None, params: Array
         assert rec is not None      # built above: the run is not empty
         params_d = call.stored("params", params)    # 16-bit: read as stored
         if call.converts:
-            # one conversion launch for the biases and what no kernel reads as stored: the
-            # whole-sequence kernels that compute the input product widen their initial states
-            # (pyrnn_final reads them as stored for rows of length 0), and the first layer's
-            # the source where it is time-major
+            # one conversion launch for the biases and for what no kernel reads as stored: the
+            # whole-sequence kernels that compute the input product widen the initial states
+            # themselves (pyrnn_final reads them as stored for rows of length 0), and the first
+            # layer's kernel its source where that is time-major
             in_kernel = [lay.has_w(l) and rec.projects_in_kernel(lay.in_size(l))
                          for l in range(L)]
             wide = net.widen16(params_d, dict(
