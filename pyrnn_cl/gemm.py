@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 
 import numpy as np
 import pyopencl as cl
@@ -113,9 +114,37 @@ def _set_args(prog, name: str, code: int, *args):
 WEIGHT_GRADIENT_K_BLOCK = 64
 
 
+#: device -> {(dtype code, its tuning values): (defines, host)}: what _gemm_config derives from
+#: one set of tuning values, kept (a tuned entry, a trial or PYRNN_CL_TUNING gives other values,
+#: hence another key). Read-only for the callers.
+_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CONFIGS_LOCK = threading.Lock()
+
+
 def _gemm_config(device, code: int) -> tuple[dict, dict]:
-    """(defines for gemm.cl, host tunables) for ``device`` and dtype ``code``."""
+    """(defines for gemm.cl, host tunables) for ``device`` and dtype ``code`` (not to be
+    modified: the same pair serves every call with these tuning values)."""
     tuning = device.tuning("gemm" if code == 1 else "gemm_f64")
+    key = (code, tuple(tuning.items()))
+    try:
+        table = _CONFIGS.get(device)
+    except TypeError:           # a device object that cannot be weakly referenced
+        return _derive_config(device, code, tuning)
+    if table is not None:
+        hit = table.get(key)
+        if hit is not None:
+            return hit
+    config = _derive_config(device, code, tuning)
+    with _CONFIGS_LOCK:
+        table = _CONFIGS.setdefault(device, {})
+        if len(table) >= 64:
+            table.clear()
+        table[key] = config
+    return config
+
+
+def _derive_config(device, code: int, tuning: dict) -> tuple[dict, dict]:
+    """:func:`_gemm_config` from the tuning values ``tuning`` of the dtype's family."""
     defines = {key: int(tuning[key]) for key in _KERNEL_KEYS}
     # Keep the combination valid whatever the table says: vector widths OpenCL has, and GEMM_TN
     # a positive multiple of GEMM_VW.

@@ -413,12 +413,18 @@ class Program:
 _memo: dict = {}  # context -> {memo key -> Program}; holds the context so its address stays ours
 _memo_lock = threading.Lock()
 _build_locks: dict = {}  # (context, memo key) -> Lock: one build per key, others wait
+# The arguments of a get_program call as given (the device's context, device and profile, the
+# defines' items in the caller's order, unconverted) -> the Program _memo holds for them: a
+# repeated call finds its program without building the sorted, stringified memo key (~10 us of
+# host time, and an op call asks for several programs). Filled from _memo, cleared with it.
+_fast: dict = {}
 
 
 def clear_memo() -> None:
     """Forget every in-memory program (the disk cache stays); for tests and long sessions."""
     with _memo_lock:
         _memo.clear()
+        _fast.clear()
         _build_locks.clear()
 
 
@@ -626,6 +632,29 @@ def get_program(
     from .devices import resolve_device
 
     device = resolve_device(device)
+    fast_key = None
+    if source_dir is None or isinstance(source_dir, (str, Path)):
+        fast_key = (device.context, device.cl_device.int_ptr, device.profile, source,
+                    tuple(defines.items()) if defines else (),
+                    tuple(options) if options else (), tuple(prelude), source_dir)
+        try:
+            program = _fast.get(fast_key)
+        except TypeError:       # an unhashable define value: the full look-up only
+            program, fast_key = None, None
+        if program is not None:
+            _count("memo_hits")
+            return program
+    program = _get_program(device, source, defines, options, source_dir, prelude)
+    if fast_key is not None:
+        with _memo_lock:
+            if len(_fast) >= 4096:
+                _fast.clear()
+            _fast[fast_key] = program
+    return program
+
+
+def _get_program(device, source, defines, options, source_dir, prelude) -> Program:
+    """:func:`get_program` past its first look-up."""
     defines = dict(defines or {})
     all_options = list(_profile_options(device)) + list(options or [])
     if isinstance(source_dir, (str, Path)) or source_dir is None:

@@ -355,6 +355,23 @@ def test_batch_broadcast_a(dev, ta, tb):
     assert _rel(c.get(), ref) <= 1e-5
 
 
+def test_config_follows_the_tuning_values():
+    """_gemm_config keeps what it derives per set of tuning values: a trial's values (the
+    tuner's candidates) give their own defines, and the device's come back after it."""
+    from pyrnn_cl import tuning
+    try:
+        dev = get_device()
+    except DeviceNotFoundError as exc:
+        pytest.skip(str(exc))
+    base = gemm_module._gemm_config(dev, 1)
+    assert gemm_module._gemm_config(dev, 1) is base         # kept
+    values = dict(dev.tuning("gemm"))
+    other = 1 if values["GEMM_DTM"] != 1 else 2
+    with tuning.trial(dev, "gemm", dict(values, GEMM_DTM=other)):
+        assert gemm_module._gemm_config(dev, 1)[0]["GEMM_DTM"] == other
+    assert gemm_module._gemm_config(dev, 1) is base
+
+
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
 def test_other_tile_configs(dev, ta, tb, monkeypatch):
     """The kernels are correct for tunables other than the defaults (scalar and narrow vectors,

@@ -104,6 +104,23 @@ def test_memo_and_per_thread_kernels(device):
         one.kernel("no_such_kernel")
 
 
+def test_memo_first_look_up(device):
+    """The first look-up (the arguments as given) and the full one (sorted, stringified
+    defines) give the same program; defines in another order or as strings find it too, and
+    clear_memo forgets both."""
+    defines = {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 2}
+    one = get_program(device, "selfcheck.cl", defines)
+    assert get_program(device, "selfcheck.cl", defines) is one                # first look-up
+    assert get_program(device, "selfcheck.cl",
+                       {"SELFCHECK_SCALE": "2", "PYRNN_DTYPE": 1}) is one      # full look-up
+    assert get_program(device, "selfcheck.cl", {"PYRNN_DTYPE": 1, "SELFCHECK_SCALE": 3}) \
+        is not one
+    programs.clear_memo()
+    again = get_program(device, "selfcheck.cl", defines)
+    assert again is not one
+    assert get_program(device, "selfcheck.cl", defines) is again
+
+
 def test_enqueue_counts_launches(device):
     import pyopencl as cl
 

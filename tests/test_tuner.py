@@ -178,14 +178,16 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
     good = [v for v in tuner.choices(device, "recurrence", name, start) if v != start[name]][-1]
     looks = []
 
+    # (sleeps of tens of ms: on a loaded 2-core machine a 1 ms sleep overshot enough to hide
+    # the gain)
     def workload(i):
         def run():
-            t = 0.004
+            t = 0.02
             if device.tuning("recurrence")[name] == good:
-                t = 0.001 if i == 0 else 0.004
+                t = 0.005 if i == 0 else 0.02
                 if i == 1:
                     looks.append(1)
-                    t = 0.008 if len(looks) <= 2 else t    # its first warm-up and timed run
+                    t = 0.04 if len(looks) <= 2 else t    # its first warm-up and timed run
             time.sleep(t)
         return tuner.Workload(f"layer {i}", run, lambda: None)
 
