@@ -60,7 +60,7 @@ returns it empty, like ``reserve_space``.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -131,21 +131,42 @@ class CudnnLayout:
     D: int
     skip: bool
     P: int
+    # sizes derived from the fields in __post_init__
+    _G: int = field(init=False, repr=False, compare=False)
+    _R: int = field(init=False, repr=False, compare=False)
+    _pseudo: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _bases: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # every size below is asked for many times per op call (tens of property calls, a few
+        # microseconds of host time each): computed once here, from the fields
+        G = NUM_GATES[self.mode]
+        R = self.P or self.H
+        object.__setattr__(self, "_G", G)
+        object.__setattr__(self, "_R", R)       # (in_size reads it)
+        pseudo = tuple((G * self.H * self.in_size(l) if self.has_w(l) else 0)
+                       + G * self.H * R + self.P * self.H + 2 * G * self.H
+                       for l in range(self.L))
+        bases = [0]
+        for size in pseudo:
+            bases.append(bases[-1] + self.D * size)
+        object.__setattr__(self, "_pseudo", pseudo)
+        object.__setattr__(self, "_bases", tuple(bases))
 
     # -- sizes ------------------------------------------------------------------------------
 
     @property
     def G(self) -> int:
-        return NUM_GATES[self.mode]
+        return self._G
 
     @property
     def R(self) -> int:
         """Width of the recurrent state and of each direction's output: ``P`` or ``H``."""
-        return self.P or self.H
+        return self._R
 
     @property
     def GH(self) -> int:
-        return self.G * self.H
+        return self._G * self.H
 
     def in_size(self, l: int) -> int:
         """Input width of layer ``l``: ``input_size``, then ``D·R``."""
@@ -159,17 +180,18 @@ class CudnnLayout:
         return self.GH * self.in_size(l) if self.has_w(l) else 0
 
     def pseudo_size(self, l: int) -> int:
-        """Elements of one pseudo-layer (one direction) of layer ``l``."""
-        return self.w_size(l) + self.GH * self.R + self.P * self.H + 2 * self.GH
+        """Elements of one pseudo-layer (one direction) of layer ``l``: ``W`` (:meth:`w_size`),
+        ``R`` (``G·H·R``), ``W_proj`` (``P·H``) and the two biases (``2·G·H``)."""
+        return self._pseudo[l]
 
     def base(self, l: int) -> int:
-        """Offset of layer ``l``'s first pseudo-layer."""
-        return sum(self.D * self.pseudo_size(m) for m in range(l))
+        """Offset of layer ``l``'s first pseudo-layer (``D`` pseudo-layers per layer before it)."""
+        return self._bases[l]
 
     @property
     def size(self) -> int:
         """Length of ``params``."""
-        return self.base(self.L)
+        return self._bases[self.L]
 
     # -- params offsets (direction d of layer l; gate blocks of one kind are adjacent) ------
 
