@@ -42,7 +42,7 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
     path."""
     global _FAST_ARRAY
     dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(map(int, shape))
     if _FAST_ARRAY:
         strides, step, size = [], dtype.itemsize, 1
         for s in reversed(shape):
@@ -53,7 +53,8 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
             if data is None and allocator and size:
                 data = allocator(size * dtype.itemsize)
             return cla.Array(None, shape, dtype, strides=tuple(reversed(strides)), _fast=True,
-                             _size=size, _context=queue.context, _queue=queue, data=data)
+                             _size=size, _context=_queue_info(queue)[0], _queue=queue,
+                             data=data)
         except TypeError:
             _FAST_ARRAY = False
     if data is not None:
@@ -62,6 +63,21 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
 
 
 _FAST_ARRAY = True
+
+
+def _queue_info(queue) -> tuple:
+    """``(context, out_of_order)`` of ``queue``, asked of the driver once per queue (each
+    ``queue.context`` or ``queue.properties`` is a driver query, ~1 us, and an op call makes
+    dozens of arrays)."""
+    info = getattr(queue, "_pyrnn_info", None)
+    if info is None:
+        info = (queue.context, bool(queue.properties
+                                    & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE))
+        try:
+            queue._pyrnn_info = info
+        except AttributeError:      # a queue object without attributes of its own
+            pass
+    return info
 _POOLS: weakref.WeakKeyDictionary[Device, cl_tools.MemoryPool] = weakref.WeakKeyDictionary()
 
 
@@ -143,7 +159,7 @@ def temporary(device, shape, dtype) -> cla.Array:
     its kernels are still queued goes only to commands queued after them; an out-of-order
     queue gets plain buffers. :func:`free_pools` gives the held memory back."""
     queue = device.queue
-    if queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+    if _queue_info(queue)[1]:       # out of order
         return empty(queue, shape, dtype)
     try:
         pool = _POOLS.get(device)
@@ -167,7 +183,13 @@ def sub_array(device, a, offset, shape):
     ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies."""
     size = math.prod(int(n) for n in shape)
     start = a.offset + int(offset) * a.dtype.itemsize
-    align = max(1, device.cl_device.mem_base_addr_align // 8)
+    align = getattr(device, "_pyrnn_align", None)    # (a driver query: asked once per device)
+    if align is None:
+        align = max(1, device.cl_device.mem_base_addr_align // 8)
+        try:
+            device._pyrnn_align = align
+        except AttributeError:
+            pass
     if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
         return None
     nbytes = size * a.dtype.itemsize

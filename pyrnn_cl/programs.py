@@ -698,7 +698,7 @@ def _get_program(device, source, defines, options, source_dir, prelude) -> Progr
 def _as_size(size) -> tuple[int, ...]:
     if isinstance(size, int):
         return (size,)
-    return tuple(int(s) for s in size)
+    return tuple(map(int, size))
 
 
 def set_args(kernel, *args, dtypes=None):
@@ -708,8 +708,8 @@ def set_args(kernel, *args, dtypes=None):
     pyopencl's untyped path inspects every argument on each call: ~75 us for a dozen arguments
     on PoCL, more than the launch itself; the typed path packs them in ~3 us. Kernel objects are
     per thread (:meth:`Program.kernel`), so the declaration never races."""
-    if dtypes is None:
-        sig = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
+    if dtypes is None:      # (a list comprehension: cheaper per argument than a generator)
+        sig = tuple([a.dtype if isinstance(a, np.generic) else None for a in args])
     else:
         sig = tuple(dtypes)
     if getattr(kernel, "_pyrnn_sig", None) != sig:
@@ -736,7 +736,7 @@ def _checked_sizes(global_size, local_size):
         if len(local_size) != len(global_size):
             raise ValueError(f"local size {local_size} and global size {global_size} differ in "
                              "rank")
-        if any(l <= 0 or g % l for g, l in zip(global_size, local_size)):
+        if any([l <= 0 or g % l for g, l in zip(global_size, local_size)]):
             raise ValueError(f"global size {global_size} is not a multiple of local size "
                              f"{local_size}")
     return global_size, local_size
@@ -771,7 +771,7 @@ def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
     ``cl.Event``.
     """
     global_size, local_size = _checked_sizes(global_size, local_size)
-    if any(g == 0 for g in global_size):
+    if 0 in global_size:
         return cl.enqueue_marker(queue, wait_for=wait_for)
     return _launch(queue, kernel, global_size, local_size, wait_for)
 
@@ -782,7 +782,7 @@ def launcher(queue, kernel, global_size, local_size=None):
     nothing): for a kernel launched many times with the same sizes, e.g. once per step. The
     checks cost 3-6 us of Python per launch, as much as the driver's launch on PoCL."""
     global_size, local_size = _checked_sizes(global_size, local_size)
-    if any(g == 0 for g in global_size):
+    if 0 in global_size:
         return lambda: None
     return lambda: _launch(queue, kernel, global_size, local_size)
 
