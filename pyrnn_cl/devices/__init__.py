@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import _env, _lifecycle
+from .. import _env, _lifecycle, tuning
 from ..errors import ConfigurationError, DeviceNotFoundError, UnsupportedError
 from .amd import AmdProfile
 from .apple import AppleProfile
@@ -379,14 +379,10 @@ class Device:
         """Tuning values of a kernel family (``"gemm"``, ``"gemm_f64"``, ``"reduce"``,
         ``"recurrence"``) for this device: derived from its queries, its profile's table and a
         tuned entry (:mod:`pyrnn_cl.tuning`)."""
-        from .. import tuning
-
         return tuning.device_tuning(self, family)
 
     def tuning_source(self, family: str) -> str:
         """Where :meth:`tuning`'s values of ``family`` come from (``"derived"``, ...)."""
-        from .. import tuning
-
         return tuning.source(self, family)
 
     def __repr__(self) -> str:
