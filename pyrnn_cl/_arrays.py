@@ -16,6 +16,7 @@ is in the call's storage dtype.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import weakref
@@ -41,20 +42,15 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
     training step. Falls back to ``cla.empty`` / ``cla.Array`` on a pyopencl without that
     path."""
     global _FAST_ARRAY
-    dtype = np.dtype(dtype)
+    dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
     shape = tuple(map(int, shape))
     if _FAST_ARRAY:
-        strides, step, size = [], dtype.itemsize, 1
-        for s in reversed(shape):
-            strides.append(step)
-            step *= max(1, s)
-            size *= s
+        strides, size = _contiguous(shape, dtype.itemsize)
         try:
             if data is None and allocator and size:
                 data = allocator(size * dtype.itemsize)
-            return cla.Array(None, shape, dtype, strides=tuple(reversed(strides)), _fast=True,
-                             _size=size, _context=_queue_info(queue)[0], _queue=queue,
-                             data=data)
+            return cla.Array(None, shape, dtype, strides=strides, _fast=True, _size=size,
+                             _context=_queue_info(queue)[0], _queue=queue, data=data)
         except TypeError:
             _FAST_ARRAY = False
     if data is not None:
@@ -63,6 +59,18 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
 
 
 _FAST_ARRAY = True
+
+
+@functools.lru_cache(maxsize=1024)
+def _contiguous(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], int]:
+    """``(strides, size)`` of a C-contiguous array of ``shape`` (an op call makes the same
+    shapes every time)."""
+    strides, step, size = [], itemsize, 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= max(1, s)
+        size *= s
+    return tuple(reversed(strides)), size
 
 
 def _queue_info(queue) -> tuple:
