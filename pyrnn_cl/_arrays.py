@@ -42,7 +42,7 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
     training step. Falls back to ``cla.empty`` / ``cla.Array`` on a pyopencl without that
     path."""
     global _FAST_ARRAY
-    dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+    dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     shape = tuple(map(int, shape))
     if _FAST_ARRAY:
         strides, size = _contiguous(shape, dtype.itemsize)
@@ -50,7 +50,8 @@ def empty(queue, shape, dtype, allocator=None, data=None) -> cla.Array:
             if data is None and allocator and size:
                 data = allocator(size * dtype.itemsize)
             return cla.Array(None, shape, dtype, strides=strides, _fast=True, _size=size,
-                             _context=_queue_info(queue)[0], _queue=queue, data=data)
+                             _context=_asked_once(queue, "_pyrnn_context", _context_of),
+                             _queue=queue, data=data)
         except TypeError:
             _FAST_ARRAY = False
     if data is not None:
@@ -73,19 +74,38 @@ def _contiguous(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...],
     return tuple(reversed(strides)), size
 
 
-def _queue_info(queue) -> tuple:
-    """``(context, out_of_order)`` of ``queue``, asked of the driver once per queue (each
-    ``queue.context`` or ``queue.properties`` is a driver query, ~1 us, and an op call makes
-    dozens of arrays)."""
-    info = getattr(queue, "_pyrnn_info", None)
-    if info is None:
-        info = (queue.context, bool(queue.properties
-                                    & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE))
+def _asked_once(obj, attr: str, query):
+    """``query(obj)``, kept on ``obj`` as ``attr``: a driver query whose answer does not change
+    (~1 us each, and an op call would ask dozens of times); asked again on an object that takes
+    no attributes of its own."""
+    value = getattr(obj, attr, None)
+    if value is None:
+        value = query(obj)
         try:
-            queue._pyrnn_info = info
-        except AttributeError:      # a queue object without attributes of its own
+            setattr(obj, attr, value)
+        except AttributeError:
             pass
-    return info
+    return value
+
+
+def _context_of(queue):
+    return queue.context
+
+
+def _out_of_order_of(queue) -> bool:
+    return bool(queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+
+
+def _base_align_of(device) -> int:
+    """``CL_DEVICE_MEM_BASE_ADDR_ALIGN`` in bytes."""
+    return max(1, device.cl_device.mem_base_addr_align // 8)
+
+
+def out_of_order(queue) -> bool:
+    """Whether ``queue`` was created with ``OUT_OF_ORDER_EXEC_MODE_ENABLE``."""
+    return _asked_once(queue, "_pyrnn_out_of_order", _out_of_order_of)
+
+
 _POOLS: weakref.WeakKeyDictionary[Device, cl_tools.MemoryPool] = weakref.WeakKeyDictionary()
 
 
@@ -167,7 +187,7 @@ def temporary(device, shape, dtype) -> cla.Array:
     its kernels are still queued goes only to commands queued after them; an out-of-order
     queue gets plain buffers. :func:`free_pools` gives the held memory back."""
     queue = device.queue
-    if _queue_info(queue)[1]:       # out of order
+    if out_of_order(queue):
         return empty(queue, shape, dtype)
     try:
         pool = _POOLS.get(device)
@@ -188,16 +208,13 @@ def sub_array(device, a, offset, shape):
     """Elements ``offset ..`` of the device array ``a`` as a new zero-offset array of
     ``shape`` on an OpenCL sub-buffer (the same memory: writes show in ``a``), or None where
     the device cannot address that start as a sub-buffer (its byte address not a multiple of
-    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies."""
+    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies.
+    ``a`` itself where that is the whole of it."""
+    if not offset and not a.offset and tuple(a.shape) == tuple(shape):
+        return a            # the whole array: itself (no sub-buffer to make)
     size = math.prod(int(n) for n in shape)
     start = a.offset + int(offset) * a.dtype.itemsize
-    align = getattr(device, "_pyrnn_align", None)    # (a driver query: asked once per device)
-    if align is None:
-        align = max(1, device.cl_device.mem_base_addr_align // 8)
-        try:
-            device._pyrnn_align = align
-        except AttributeError:
-            pass
+    align = _asked_once(device, "_pyrnn_align", _base_align_of)
     if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
         return None
     nbytes = size * a.dtype.itemsize
@@ -214,8 +231,7 @@ def check_in_order(device) -> None:
     step, pooled temporaries reused by the next command) and relies on the queue running them
     in order; on an out-of-order queue they would race and give wrong answers silently (seen on
     PoCL and on Intel's CPU runtime), so such a queue is refused before anything is enqueued."""
-    props = device.queue.properties
-    if props & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+    if out_of_order(device.queue):
         raise ValueError(
             "device: the command queue was created with OUT_OF_ORDER_EXEC_MODE_ENABLE; pyrnn_cl's "
             "ops enqueue dependent kernels back to back and need an in-order queue: pass "

@@ -382,8 +382,6 @@ class _Net:
         """Layer ``l``'s ``[D][N][width]`` slice of an ``[L·D, N, width]`` device state, to
         read: the same memory where the device can address it (:meth:`state_part`), else a
         copy."""
-        if self.L == 1:
-            return full                 # (the whole array: no sub-buffer to make)
         part = self.state_part(full, l, width)
         if part is not None:
             return part
@@ -401,8 +399,6 @@ class _Net:
     def out_state(self, full, l, width):
         """``(array, in_place)``: where layer ``l`` writes its slice of the state ``full``: the
         slice itself, or (``in_place`` False) a new array for :meth:`put_state`."""
-        if self.L == 1:
-            return full, True
         part = self.state_part(full, l, width)
         if part is not None:
             return part, True

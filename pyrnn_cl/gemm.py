@@ -58,7 +58,7 @@ import weakref
 import numpy as np
 import pyopencl as cl
 
-from ._arrays import free_pools, temporary
+from ._arrays import free_pools, out_of_order, temporary
 from .devices import resolve_device
 from .errors import ShapeError
 from .programs import enqueue, get_program, set_args
@@ -382,7 +382,7 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     tm, tn = defines["GEMM_TM"], defines["GEMM_TN"]
     # in-order queues (the default) run launches in order; on an out-of-order queue every
     # dependency (user events, packs, the previous user of the packing buffer) becomes an event
-    in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    in_order = not out_of_order(queue)
     events = list(wait_for or [])
 
     # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
