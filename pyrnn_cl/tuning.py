@@ -242,6 +242,31 @@ def _gemm_local(info, itemsize: int) -> dict[str, int]:
     return dict(_GEMM_CPU_TILE, GEMM_LOCAL=0)
 
 
+def vector_registers(info) -> int:
+    """Vector registers a CPU-like device's work-item can keep its register tile in, from its
+    native float width: 32 where a native vector holds 16 floats (AVX-512, SVE-512: 32
+    registers), else 16 (AVX and AVX2 have 16; NEON's 32 are counted as 16: a smaller tile
+    never spills, a larger one does)."""
+    return 32 if _float_width(info, None, double=False) >= 16 else 16
+
+
+def cpu_gemm_tiles(registers: int) -> tuple[int, int, int]:
+    """``(rows, vectors, dot)``: the register tiles of the outer-product and dot kernels for
+    ``registers`` vector registers: ``GEMM_TM`` = 6 rows by ``GEMM_TN`` / ``GEMM_VW`` =
+    (registers - 4) // 6 vectors
+    (at most 4): the accumulators plus one row of Q's vectors and a broadcast of P within the
+    file, the classic 6 x 4-vector tile of AVX-512 (24 accumulators of 32) and 6 x 2 of AVX2
+    (12 of 16); the dot kernel's ``GEMM_DTM`` = ``GEMM_DTN`` = the largest d with d * d
+    accumulators plus 2d operand vectors within the file (4 on 32 registers, 3 on 16).
+    Measured on PoCL 3.1 (docs/benchmarks.md, "GEMM register tiles from the register file"):
+    AVX2 code, 6 x 2 against the 4 x 4 it replaces (16 accumulators: spilled), 1.35x on the
+    LSTM 256/16/150 input product and 1.6x on its weight gradient; AVX-512 code, 6 x 4 against
+    4 x 4 up to 1.2x on the best of 21 runs."""
+    tnv = max(1, min(4, (registers - 4) // 6))
+    dot = max(d for d in (1, 2, 3, 4) if d * d + 2 * d <= registers)
+    return 6, tnv, dot
+
+
 def cpu_like(info, profile) -> bool:
     """Whether ``info`` is tuned as a CPU (a CPU device, or a profile that prefers explicit
     vectors): wide vectors per work-item, no local-memory tiles, no split products."""
@@ -252,8 +277,9 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     """Default tuning of every family for ``info`` (a :class:`DeviceInfo`) and its ``profile``.
 
     CPU-like devices (``profile.prefers_explicit_vectors`` or a CPU): one native vector per
-    register, so ``VW`` = the native width, GEMM tiles of 4 rows x 4 vectors (16 accumulators,
-    the register file of both AVX2 and AVX-512 holds them with the operands), recurrence tiles
+    register, so ``VW`` = the native width, GEMM register tiles sized to the vector register
+    file (:func:`vector_registers`, :func:`cpu_gemm_tiles`: 6 rows x 4 vectors on AVX-512,
+    6 x 2 on AVX2; dot tiles 4 x 4 and 3 x 3), recurrence tiles
     of ``REC_NB`` = 4 batch rows x G gates. Fixed local sizes where the implementation compiles
     a work-group function per local size (``specialises_per_local_size``).
 
@@ -279,12 +305,15 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         fixed = bool(profile.specialises_per_local_size)
         # (GEMM_PACK_KC is also the pack kernels' vector width: a wider one than the native
         # width changes the calling convention and the compiler says so on stderr)
-        gemm = {"GEMM_VW": vw, "GEMM_TN": 4 * vw, "GEMM_TM": 4, "GEMM_DVW": vw, "GEMM_DTM": 4,
-                "GEMM_DTN": 4, "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
+        tm, tnv, dot = cpu_gemm_tiles(vector_registers(info))
+        gemm = {"GEMM_VW": vw, "GEMM_TN": tnv * vw, "GEMM_TM": tm, "GEMM_DVW": vw,
+                "GEMM_DTM": dot, "GEMM_DTN": dot,
+                "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
                 "GEMM_WG": clamp_work_group(info, 16), "GEMM_PACK_WG": clamp_work_group(info, 8),
                 "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128,
                 "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
-        gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=4 * vwd, GEMM_DVW=vwd, GEMM_PACK_KC=max(4, vwd))
+        gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=tnv * vwd, GEMM_DVW=vwd,
+                      GEMM_PACK_KC=max(4, vwd))
         cache = int(info.global_mem_cache_size or 0)
         recurrence = {
             # (a work-item's tile is G x NB vectors, whatever their width: no tile limit)

@@ -382,6 +382,9 @@ def test_other_tile_configs(dev, ta, tb, monkeypatch):
          "GEMM_WG": 3, "GEMM_PACK_KC": 5, "GEMM_PACK_WG": 2},
         {"GEMM_TM": 1, "GEMM_TN": 1, "GEMM_VW": 1, "GEMM_DTM": 1, "GEMM_DTN": 1, "GEMM_DVW": 1,
          "GEMM_FMA": 0, "GEMM_WG": 1, "GEMM_PACK_KC": 1, "GEMM_PACK_WG": 1},
+        # what an AVX2 CPU derives (tuning.cpu_gemm_tiles for 16 registers)
+        {"GEMM_TM": 6, "GEMM_TN": 16, "GEMM_VW": 8, "GEMM_DTM": 3, "GEMM_DTN": 3, "GEMM_DVW": 8,
+         "GEMM_PACK_KC": 8},
     ):
         other = Device(dev.cl_device, context=dev.context, queue=dev.queue, info=dev.info)
         monkeypatch.setattr(other, "tuning", lambda family, t=tuning: dict(dev.tuning(family), **t))

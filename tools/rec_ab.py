@@ -1,9 +1,10 @@
-"""A/B of recurrence tuning values on bench configurations (a developer's tool).
+"""A/B of tuning values (recurrence by default) on bench configurations (a developer's tool).
 
-    python tools/rec_ab.py [--device SPEC] [--repeat N] CONFIGS NAME=JSON [NAME=JSON ...]
+    python tools/rec_ab.py [--device SPEC] [--repeat N] [--family F] CONFIGS NAME=JSON [...]
 
 CONFIGS is a comma list of ``pyrnn-cl bench`` configuration names (or CELL:HxIxNxT shapes).
-Each NAME=JSON is a variant: the device's own recurrence values (``device.tuning``) updated
+Each NAME=JSON is a variant: the device's own values of the family (``--family``: recurrence,
+gemm, gemm_f64 or reduce; ``device.tuning``) updated
 by the JSON object, e.g. ``vw1='{"REC_VW": 1}'``; the device's values themselves are always
 the first variant, ``device``. Every configuration's forward and forward+backward (MPSGraph
 dialect, device arrays) are timed in alternating turns of the variants (the bench's
@@ -36,14 +37,15 @@ def main(argv=None) -> int:
     p.add_argument("variants", nargs="+", metavar="NAME=JSON")
     p.add_argument("--device", default=None)
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--family", default="recurrence", choices=tuning.FAMILIES)
     args = p.parse_args(argv)
     device = get_device(args.device)
-    base = dict(device.tuning("recurrence"))
+    base = dict(device.tuning(args.family))
     variants = {"device": base}
     for spec in args.variants:
         name, _, text = spec.partition("=")
         variants[name] = dict(base, **json.loads(text))
-    print(f"device: {device.info.name}; its recurrence values: {base}", flush=True)
+    print(f"device: {device.info.name}; its {args.family} values: {base}", flush=True)
     for cfg in _resolve_configs(args.configs.split(",")):
         rng = np.random.default_rng(1)
         x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
         for label, fn in (("fwd", ours.run_forward), ("fwd+bwd", ours.run_fwd_bwd)):
             def under(values, fn=fn):
                 def call():
-                    with tuning.trial(device, "recurrence", values):
+                    with tuning.trial(device, args.family, values):
                         fn()
                 return call
 

@@ -41,7 +41,7 @@
 #include "common.h"
 
 #ifndef GEMM_TM
-#define GEMM_TM 4          // outer: rows of D per work-item
+#define GEMM_TM 6          // outer: rows of D per work-item
 #endif
 #ifndef GEMM_VW
 #if PYRNN_DTYPE == 2
