@@ -134,9 +134,24 @@ class LayerPlan:
         while tile_max and limit > 1 and limit * cell.G * nb > tile_max:
             limit //= 2
         vw = _vector_width(limit, H, *((P,) if P else ()))
-        fused = (not P and not cell.two_phase
-                 and _whole_sequence_fits(tuning, compute_units, cell.G * H * K * pack_itemsize,
-                                          D * ((N + nb - 1) // nb)))
+        r_bytes = cell.G * H * K * pack_itemsize
+
+        def whole_sequence(rows):
+            return (not P and not cell.two_phase
+                    and _whole_sequence_fits(tuning, compute_units, r_bytes, D * -(-N // rows)))
+
+        fused = whole_sequence(nb)
+        # CPUs (REC_ACC_MAX, one work-item per tile): more rows per tile for cells with fewer
+        # gates, while the tile's
+        # gates x rows vectors fit the accumulator budget and N has the rows; not where that
+        # would change the launch kind, or leave a core without a whole-sequence work-group
+        acc_max = int(tuning.get("REC_ACC_MAX", 0)) if int(tuning.get("REC_KS", 1)) <= 1 else 0
+        wide = nb
+        while acc_max and wide < 16 and 2 * wide * cell.G <= acc_max and 2 * wide <= N:
+            wide *= 2
+        if wide > nb and whole_sequence(wide) == fused and (
+                not fused or D * -(-N // wide) >= compute_units):
+            nb = wide
         # products split over REC_KS lanes (a work-group per tile) are for per-step kernels: a
         # whole-sequence work-group holds every unit of a direction, one work-item per tile
         ks = 1 if fused else max(1, int(tuning.get("REC_KS", 1)))

@@ -300,6 +300,9 @@ def choices(device, family: str, name: str, current: dict) -> list[int]:
         # a CPU work-item's tile is G x NB vectors whatever their width: a limit would only
         # narrow the vectors
         values = {current[name]}
+    if name == "REC_ACC_MAX" and not _cpu_like(device):
+        # a GPU's tile is bounded by REC_TILE_MAX (units x gates x rows of scalar lanes)
+        values = {current[name]}
     if name == "REC_WG" and device.profile.specialises_per_local_size:
         values &= {0, 1, current[name]}
     if name == "GEMM_LOCAL" and _cpu_like(device):

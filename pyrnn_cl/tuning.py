@@ -133,6 +133,11 @@ SPACE: dict[str, tuple[Param, ...]] = {
         Param("REC_TILE_MAX", (0, 8, 16, 24, 32, 64), 0, 1024,
               "most accumulators (units x gates x batch rows) in one work-item's tile: the "
               "vector width halves until a cell's tile fits (0: no limit)", compiled=False),
+        Param("REC_ACC_MAX", (0, 8, 12, 16, 24, 32), 0, 64,
+              "most accumulator vectors (gates x batch rows) of a CPU work-item's tile: the "
+              "rows per tile double from REC_NB (up to 16) while a cell's tile stays within it, "
+              "the batch has the rows and no core loses its work-group (0: REC_NB rows)",
+              compiled=False),
         Param("REC_KS", (1, 4, 8, 16, 32, 64), 1, 256,
               "work-items sharing a tile's products (a power of two; a work-group each)"),
         Param("REC_WG", (0, 1, 2, 4, 8, 16, 32, 64), 0, 4096,
@@ -258,7 +263,7 @@ def cpu_gemm_tiles(registers: int) -> tuple[int, int, int]:
     file, the classic 6 x 4-vector tile of AVX-512 (24 accumulators of 32) and 6 x 2 of AVX2
     (12 of 16); the dot kernel's ``GEMM_DTM`` = ``GEMM_DTN`` = the largest d with d * d
     accumulators plus 2d operand vectors within the file (4 on 32 registers, 3 on 16).
-    Measured on PoCL 3.1 (docs/benchmarks.md, "GEMM register tiles from the register file"):
+    Measured on PoCL 3.1 (docs/benchmarks.md, "Register tiles from the register file"):
     AVX2 code, 6 x 2 against the 4 x 4 it replaces (16 accumulators: spilled), 1.35x on the
     LSTM 256/16/150 input product and 1.6x on its weight gradient; AVX-512 code, 6 x 4 against
     4 x 4 up to 1.2x on the best of 21 runs."""
@@ -279,9 +284,11 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     CPU-like devices (``profile.prefers_explicit_vectors`` or a CPU): one native vector per
     register, so ``VW`` = the native width, GEMM register tiles sized to the vector register
     file (:func:`vector_registers`, :func:`cpu_gemm_tiles`: 6 rows x 4 vectors on AVX-512,
-    6 x 2 on AVX2; dot tiles 4 x 4 and 3 x 3), recurrence tiles
-    of ``REC_NB`` = 4 batch rows x G gates. Fixed local sizes where the implementation compiles
-    a work-group function per local size (``specialises_per_local_size``).
+    6 x 2 on AVX2; dot tiles 4 x 4 and 3 x 3), recurrence tiles of ``REC_NB`` = 4 batch
+    rows x G gates, more rows for cells with fewer gates within ``REC_ACC_MAX`` = 3/4 of the
+    register file (:meth:`pyrnn_cl.plan.LayerPlan.for_device`). Fixed local sizes where the
+    implementation compiles a work-group function per local size
+    (``specialises_per_local_size``).
 
     GPUs: GEMM through the local-memory tiled kernel (``GEMM_LOCAL`` = 1): the largest of
     128 x 128 blocks of 8 x 8 micro-tiles (256 work-items), 64 x 64 of 4 x 4, ... down to 8 x 8
@@ -318,6 +325,12 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         recurrence = {
             # (a work-item's tile is G x NB vectors, whatever their width: no tile limit)
             "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4, "REC_KS": 1, "REC_TILE_MAX": 0,
+            # wider batch tiles for cells with fewer gates, within 3/4 of the register file
+            # (the rest holds a row of weight vectors and a broadcast): on AVX-512 a GRU's
+            # 8 rows x 3 gates and the vanilla cell's 16 x 1 (24 and 16 of 32 registers) ran
+            # GRU 512/16 22 % faster forward and 6 % forward+backward, a ReLU RNN 1760/16 7 %
+            # (paired rounds, docs/benchmarks.md); an LSTM's 4 x 4 stays
+            "REC_ACC_MAX": vector_registers(info) * 3 // 4,
             # one work-item per group: one local size, one specialisation per kernel
             "REC_WG": 1 if fixed else 0,
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
@@ -368,6 +381,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         # forward 473 -> 396 ms, GRU 1024/64 139 -> 114 and ReLU RNN 2560/128 23.7 -> 16.7,
         # and LSTM steps at H >= 1024 1.5-1.9x slower
         recurrence = {"REC_VW": 2, "REC_VW_F64": 1, "REC_NB": 4, "REC_WG": 0, "REC_TILE_MAX": 24,
+                      "REC_ACC_MAX": 0,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
                       "REC_BWD_ROWS": 8192,

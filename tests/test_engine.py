@@ -95,7 +95,7 @@ def test_tuning_overrides_give_the_same_answer(device, monkeypatch, cell):
     results = []
     for vw, nb, wg, ks in TUNINGS:
         override_tuning(device, monkeypatch, REC_VW=vw, REC_VW_F64=vw, REC_NB=nb, REC_WG=wg,
-                        REC_KS=ks, REC_TILE_MAX=0, **(PER_STEP if ks > 1 else {}))
+                        REC_KS=ks, REC_TILE_MAX=0, REC_ACC_MAX=0, **(PER_STEP if ks > 1 else {}))
         rec = engine.Recurrence(device, np.float64, CellSpec("lstm", (0, 1, 2, 3), (3, 3, 2, 3)),
                                 T=5, N=13, H=16)
         assert (rec.vw, rec.nb, rec.ks) == (vw, nb, ks), "the engine must use the tuning values"
@@ -495,7 +495,7 @@ def test_layers_are_reused_per_arguments_and_tuning(device, monkeypatch):
     assert engine.Recurrence.cached(device, np.float32, cell, **kw) is first
     assert engine.Recurrence.cached(device, np.float32, cell, **dict(kw, N=6)) is not first
     assert engine.Recurrence.cached(device, np.float32, cell, has_len=True, **kw) is not first
-    override_tuning(device, monkeypatch, REC_NB=3)
+    override_tuning(device, monkeypatch, REC_NB=3, REC_ACC_MAX=0)
     tuned = engine.Recurrence.cached(device, np.float32, cell, **kw)
     assert tuned is not first and tuned.nb == 3
     override_tuning(device, monkeypatch)

@@ -38,7 +38,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import shapes as S
 from helpers.compare import F32, F64, FD_TOL, MAX_ERR, assert_close
-from helpers.device import needs_fp64
+from helpers.device import needs_fp64, override_tuning
 from helpers.mps import (
     ACTS,
     GRU_MATRIX,
@@ -105,6 +105,32 @@ def test_reference_shapes(device, kind, shape):
     needs_fp64(device)
     desc = desc_of(kind, bidirectional=True, **default_flags(kind))
     inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=2)
+    check_against_reference(device, kind, desc, inputs)
+
+
+@pytest.mark.parametrize("per_step", [False, True], ids=["whole-sequence", "per-step"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_wide_batch_tiles(device, kind, per_step, monkeypatch):
+    """Tiles of 8 and 16 batch rows (REC_ACC_MAX = 24 from REC_NB = 4: a GRU 8, the vanilla
+    cell 16, an LSTM 4), ragged over N = 19 rows, bidirectional, in the whole-sequence and the
+    per-step kernels."""
+    from pyrnn_cl.mps import _cell
+    from pyrnn_cl.plan import LayerPlan
+
+    needs_fp64(device)
+    values = {"REC_NB": 4, "REC_ACC_MAX": 24}
+    if per_step:
+        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
+    override_tuning(device, monkeypatch, **values)
+    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
+    shape = S.Shape("wide_tiles", T=4, N=19, I=3, H=9)
+    plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
+                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
+                                H=shape.H, D=2)
+    assert plan.nb == {"lstm": 4, "gru": 8, "rnn": 16}[kind]
+    # (a GRU resetting before its product runs two kernels per step, never whole-sequence)
+    assert plan.fused == (not per_step and not plan.cell.two_phase)
+    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=4)
     check_against_reference(device, kind, desc, inputs)
 
 

@@ -232,3 +232,34 @@ def test_tile_limit_sets_units_per_work_item_by_cell():
     assert vw(dict(gpu, REC_TILE_MAX=4), "rnn") == 1
     cpu = derive(AVX512_CPU, profile_for(AVX512_CPU))["recurrence"]
     assert cpu["REC_TILE_MAX"] == 0 and vw(cpu, "lstm") == 16
+
+
+def test_cpu_batch_rows_grow_within_the_accumulator_budget():
+    """REC_ACC_MAX (CPUs: 3/4 of the vector registers): a tile's rows double from REC_NB while
+    gates x rows vectors fit, the batch has the rows, the launch kind stays and every core
+    keeps a whole-sequence work-group. AVX-512 (24): LSTM 4 rows, GRU 8, vanilla 16; AVX2
+    (12): LSTM and GRU 4, vanilla 8; GPUs (0): REC_NB."""
+    from helpers.fake_devices import AVX2_CPU, AVX512_CPU, NVIDIA_H100
+    from pyrnn_cl.devices import profile_for
+    from pyrnn_cl.plan import LayerPlan
+    from pyrnn_cl.tuning import derive
+
+    def nb(info, name, N=16, H=2048, units=2, D=1):     # (H = 2048: per-step kernels)
+        tuning = derive(info, profile_for(info))["recurrence"]
+        return LayerPlan.for_device(CELLS[name], np.float32, tuning, units, T=5, N=N, H=H,
+                                    D=D).nb
+
+    cells = ("lstm", "gru-after", "gru-before", "rnn")
+    assert [nb(AVX512_CPU, c) for c in cells] == [4, 8, 8, 16]
+    assert [nb(AVX2_CPU, c) for c in cells] == [4, 4, 4, 8]
+    assert [nb(NVIDIA_H100, c, units=132) for c in cells] == [4, 4, 4, 4]
+    # the batch bounds the rows: N = 12 takes 8 rows of a vanilla cell, N = 3 four (its cover)
+    assert nb(AVX512_CPU, "rnn", N=12) == 8 and nb(AVX512_CPU, "rnn", N=3) == 4
+    # a whole-sequence layer (R 48 KiB) keeps a work-group per core: N = 8 on two cores stays
+    # at 4 rows (two groups), on one core it takes 8; two directions make two groups of 8
+    assert nb(AVX512_CPU, "gru-after", N=8, H=64) == 4
+    # ... and stays whole-sequence: a vanilla H = 1024 (R 4 MiB, whole-sequence with four
+    # groups of 4 rows) does not trade its one launch for per-step launches of 16 rows
+    assert nb(AVX512_CPU, "rnn", H=1024) == 4
+    assert nb(AVX512_CPU, "gru-after", N=8, H=64, units=1) == 8
+    assert nb(AVX512_CPU, "gru-after", N=8, H=64, D=2) == 8

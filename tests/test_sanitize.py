@@ -118,19 +118,24 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
     """The vector paths of the step kernels (vload/vstore of REC_VW units): an LSTM with H = 8
     (8-wide vectors with the default tuning of most profiles), then a bidirectional reset-after
     GRU with H = 12 under REC_VW = 4, REC_NB = 3, REC_WG = 2: explicit work-groups of 2 row
-    blocks, N = 11, so the last block's 12th row is idle."""
+    blocks, N = 11, so the last block's 12th row is idle; the same GRU in tiles of 8 rows
+    (REC_ACC_MAX)."""
     rng = np.random.default_rng(7)
     T, N, I, H = 3, 3, 2, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H, scale=0.3),
              input_weight=_r(rng, 4 * H, I), bias=_r(rng, 4 * H), init_state=_r(rng, N, H),
              init_cell=_r(rng, N, H))
     _mps("lstm", device, a, rc.LSTMDescriptor(training=True))
-    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=3, REC_WG=2)
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=3, REC_WG=2,
+                    REC_ACC_MAX=0)
     T, N, H = 3, 11, 12
     g = dict(source=_r(rng, T, N, 6 * H), recurrent_weight=_r(rng, 2, 3 * H, H, scale=0.3),
              init_state=_r(rng, N, 2 * H), secondary_bias=_r(rng, 2 * H))
-    _mps("gru", device, g, rc.GRUDescriptor(bidirectional=True, reset_after=True, flip_z=True,
-                                            training=True))
+    gru = rc.GRUDescriptor(bidirectional=True, reset_after=True, flip_z=True, training=True)
+    _mps("gru", device, g, gru)
+    # tiles of 8 rows (REC_ACC_MAX: 8 x 3 gates), the second block 3 rows short
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=4, REC_ACC_MAX=24)
+    _mps("gru", device, g, gru)
 
 
 def test_split_products_over_work_groups(device, monkeypatch):
@@ -165,7 +170,8 @@ def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):
     """``pyrnn_fwd_seq`` (with the input product x W^T + b in the kernel, ``HAS_XW``) and
     ``pyrnn_bwd_seq``, forced on with ``REC_SEQ_BYTES``: a bidirectional LSTM with a mask, H = 8,
     I = 16 (a multiple of the vector width), N = 5 (a row-block tail)."""
-    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20)
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20,
+                    REC_ACC_MAX=0)
     rng = np.random.default_rng(8)
     T, N, I, H = 3, 5, 16, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),

@@ -1,0 +1,82 @@
+"""Paired A/B of one set of tuning values against the device's own (a developer's tool).
+
+    python tools/paired_ab.py [--device SPEC] [--rounds N] FAMILY CONFIGS JSON
+
+FAMILY is a tuning family (recurrence, gemm, gemm_f64, reduce), CONFIGS a comma list of
+``pyrnn-cl bench`` configuration names or CELL:HxIxNxT shapes, JSON the values that variant B
+changes, e.g. ``'{"REC_ACC_MAX": 0}'``; variant A is the device's own values
+(``device.tuning``). Each round times one call of A and one of B back to back, alternating
+which goes first, and the tool prints, per configuration and for the forward and the
+forward+backward (MPSGraph dialect, device arrays), the median of the per-round ratios B / A,
+their interquartile range and in how many rounds B was the faster. On a shared host whose
+speed drifts by 2x within minutes, medians of separately timed variants (``tools/rec_ab.py``)
+move with the drift; a ratio taken within each round does not (docs/benchmarks.md, "Register
+tiles from the register file").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    sys.path[:0] = ["."]
+    from pyrnn_cl import tuning
+    from pyrnn_cl.bench.configs import _resolve_configs
+    from pyrnn_cl.bench.sides import _Ours
+    from pyrnn_cl.bench.weights import _make_weights
+    from pyrnn_cl.devices import get_device
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("family", choices=tuning.FAMILIES)
+    p.add_argument("configs")
+    p.add_argument("values", metavar="JSON")
+    p.add_argument("--device", default=None)
+    p.add_argument("--rounds", type=int, default=30)
+    args = p.parse_args(argv)
+    device = get_device(args.device)
+    a_values = dict(device.tuning(args.family))
+    b_values = dict(a_values, **json.loads(args.values))
+    print(f"device: {device.info.name}; A: its {args.family} values, B: A with {args.values}",
+          flush=True)
+    for cfg in _resolve_configs(args.configs.split(",")):
+        rng = np.random.default_rng(1)
+        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+        ours = _Ours(cfg, _make_weights(cfg), x, dy, device, use_cudnn=False)
+        for label, fn in (("fwd", ours.run_forward), ("fwd+bwd", ours.run_fwd_bwd)):
+            def run(values, fn=fn):
+                with tuning.trial(device, args.family, values):
+                    t0 = time.perf_counter()
+                    fn()
+                    return time.perf_counter() - t0
+
+            for values in (a_values, b_values, a_values, b_values):      # warm-up, builds
+                run(values)
+            times_a, times_b, ratios = [], [], []
+            for r in range(args.rounds):
+                if r % 2:
+                    b = run(b_values)
+                    a = run(a_values)
+                else:
+                    a = run(a_values)
+                    b = run(b_values)
+                times_a.append(a)
+                times_b.append(b)
+                ratios.append(b / a)
+            q1, _, q3 = statistics.quantiles(ratios, n=4)
+            med_a, med_b = statistics.median(times_a), statistics.median(times_b)
+            print(f"{cfg.name:22s} {label:8s} A {med_a * 1e3:8.2f} ms  B {med_b * 1e3:8.2f} ms"
+                  f"  B/A {statistics.median(ratios):.3f} (IQR {q1:.3f}-{q3:.3f}), B faster in "
+                  f"{sum(r < 1 for r in ratios)}/{args.rounds}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
