@@ -20,11 +20,13 @@ How a family is tuned (``gemm``, ``reduce``, ``recurrence``; ``gemm_f64`` on req
   width on CPUs, work-groups within the device's limits), in :func:`search_order` (the
   whole-sequence thresholds first; parameters only float64 calls read are not searched on
   float32 workloads), adopting a value when the geometric mean of the workloads' times
-  improves by more than :data:`MIN_GAIN` and no workload is slower than with the starting
-  values by more than :data:`MAX_LOSS` (timed again before it counts as slower); passes repeat
-  until nothing changes or the family's share of the budget is spent. Times are the best of
-  ``repeat`` runs (a shared machine only ever adds time).
-* **Confirmation.** The winner and the starting values are timed again, alternating, and the
+  improves on the current best by more than :data:`MIN_GAIN` and no workload is slower than
+  with the starting values by more than :data:`MAX_LOSS` (timed again before it counts as
+  slower); passes repeat until nothing changes or the family's share of the budget is spent.
+  A candidate is timed beside the current best (:func:`_evaluate_pair`: per workload, rounds
+  that run both back to back, alternating which goes first), each the best of ``repeat`` runs:
+  a shared machine only ever adds time, and both sides see the same load.
+* **Confirmation.** The winner and the starting values are timed side by side again, and the
   winner is kept only if it is still faster, on average and within :data:`MAX_LOSS` on every
   workload.
 
@@ -386,17 +388,19 @@ def _losing(times, base) -> list[int]:
 
 def _recheck_losses(device, family, start, candidate, work, repeat, times, base) -> bool:
     """Whether no workload loses (:func:`_losing`) after a second look: the workloads that seem
-    to lose are timed again under ``start`` and ``candidate``, alternating, and the best of all
-    their times counts (a millisecond workload on a shared machine can read 1.5x slow once; a
-    real loss stays). Updates ``times`` and ``base`` in place."""
+    to lose are timed again under ``start`` and ``candidate`` side by side
+    (:func:`_evaluate_pair`, twice), and the best of all their times counts (a millisecond
+    workload on a shared machine can read 1.5x slow once; a real loss stays). Updates
+    ``times`` and ``base`` in place."""
     losing = _losing(times, base)
     if not losing:
         return True
     sub = [work[i] for i in losing]
     for _ in range(2):
-        for values, into in ((start, base), (candidate, times)):
-            for i, t in zip(losing, _evaluate(device, family, values, sub, repeat, None)):
-                into[i] = min(into[i], t)
+        t_start, t_cand = _evaluate_pair(device, family, start, candidate, sub, repeat, None)
+        for i, ts, tc in zip(losing, t_start, t_cand):
+            base[i] = min(base[i], ts)
+            times[i] = min(times[i], tc)
     return not _losing(times, base)
 
 
@@ -476,6 +480,52 @@ def _evaluate(device, family, values, work, repeat, deadline):
             device.queue.finish()
 
 
+def _run_under(device, family, values, w: Workload) -> float:
+    """Seconds of one run of ``w`` under ``values`` (a build or launch failure:
+    :class:`CandidateFailed`)."""
+    with tuning.trial(device, family, values):
+        try:
+            t0 = time.perf_counter()
+            w.run()
+            return time.perf_counter() - t0
+        except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
+            raise CandidateFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            device.queue.finish()
+
+
+def _evaluate_pair(device, family, reference, candidate, work, repeat, deadline):
+    """``(reference times, candidate times)`` of ``work``: the candidate's results checked
+    first, then per workload one warm-up run of each and ``repeat`` rounds that run both back
+    to back, alternating which goes first; best of each. Timed side by side, both see the same
+    load: on a shared host whose speed drifts by 2x within minutes, a reference timed once at
+    the start of a search makes later candidates look slower or faster than they are."""
+    with tuning.trial(device, family, candidate):
+        try:
+            for w in work:
+                w.check()
+        except CandidateError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
+            raise CandidateFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            device.queue.finish()
+    ref_times, cand_times = [], []
+    for w in work:
+        best = {0: math.inf, 1: math.inf}
+        sides = ((0, reference), (1, candidate))
+        for _, values in sides:
+            _run_under(device, family, values, w)
+        for r in range(repeat):
+            for k, values in sides[::-1] if r % 2 else sides:
+                best[k] = min(best[k], _run_under(device, family, values, w))
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        ref_times.append(best[0])
+        cand_times.append(best[1])
+    return ref_times, cand_times
+
+
 def search_order(family: str) -> list[str]:
     """The parameters of ``family`` that its float32 workloads search, in the order searched:
     :data:`SEARCH_FIRST`, then the rest as :data:`pyrnn_cl.tuning.SPACE` lists them, without
@@ -494,10 +544,14 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
     t0 = time.monotonic()
     start = dict(start if start is not None else device.tuning(family))
     result = FamilyResult(family, dict(start), dict(start))
-    base = _evaluate(device, family, start, work, repeat, None)
-    cost = time.monotonic() - t0                  # one candidate costs about this, plus builds
-    deadline = t0 + budget - 4 * cost             # the confirmation runs 4 evaluations
-    best_score = 1.0
+    _evaluate(device, family, start, work, repeat, None)
+    # a candidate, timed beside the current best, costs about twice this (plus builds)
+    cost = 2 * (time.monotonic() - t0)
+    deadline = t0 + budget - 2 * cost             # the confirmation: two paired evaluations
+    # per workload, the best values' time over the starting values' (the paired ratios of the
+    # values adopted so far): what turns a candidate's times beside the best into a loss check
+    # against the start
+    rel = [1.0] * len(work)
     order = list(names) if names else search_order(family)
     seen = {tuple(sorted(start.items()))}
     changed = True
@@ -514,10 +568,14 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                 seen.add(key)
                 result.tried += 1
                 if bar is not None:
-                    bar.update(f"{family}: {name}={value} (best {1 / best_score:.2f}x)")
+                    gain = 1 / _score(rel, [1.0] * len(rel))
+                    bar.update(f"{family}: {name}={value} (best {gain:.2f}x)")
                 try:
-                    times = _evaluate(device, family, candidate, work, repeat, deadline)
-                    better = (_score(times, base) < best_score * (1 - MIN_GAIN)
+                    t_best, times = _evaluate_pair(device, family, result.best, candidate, work,
+                                                   repeat, deadline)
+                    # the starting values' times, as the ratios so far give them
+                    base = [t / r for t, r in zip(t_best, rel)]
+                    better = (_score(times, t_best) < 1 - MIN_GAIN
                               and _recheck_losses(device, family, start, candidate, work,
                                                   repeat, times, base))
                 except CandidateError as exc:
@@ -527,15 +585,14 @@ def tune_family(device, family, work, budget, *, repeat=3, bar=None, start=None,
                     result.failed.append((candidate, str(exc)))
                     continue
                 if better:
-                    best_score, result.best, changed = _score(times, base), candidate, True
+                    rel = [t / b for t, b in zip(times, base)]
+                    result.best, changed = candidate, True
     if result.best != start:
-        # confirm: alternate the two, best of two rounds each
-        t_start, t_best = [], []
-        for _ in range(2):
-            t_start.append(_evaluate(device, family, start, work, repeat, None))
-            t_best.append(_evaluate(device, family, result.best, work, repeat, None))
-        s_start = [min(t[i] for t in t_start) for i in range(len(work))]
-        s_best = [min(t[i] for t in t_best) for i in range(len(work))]
+        # confirm: the two side by side again, the best of two paired evaluations
+        pairs = [_evaluate_pair(device, family, start, result.best, work, repeat, None)
+                 for _ in range(2)]
+        s_start = [min(p[0][i] for p in pairs) for i in range(len(work))]
+        s_best = [min(p[1][i] for p in pairs) for i in range(len(work))]
         gain = 1 / _score(s_best, s_start)
         if gain > 1 + MIN_GAIN / 2 and _recheck_losses(device, family, start, result.best,
                                                        work, repeat, s_best, s_start):

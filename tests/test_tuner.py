@@ -196,6 +196,28 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
     assert result.best[name] == good and len(looks) > 2, (result.best[name], len(looks))
 
 
+def test_candidates_are_timed_beside_the_best_on_a_drifting_host(device, db):
+    """The host slows down 2.5x after the starting values were timed (a shared machine): a
+    candidate 30 % faster is still adopted, because it is timed beside the current best
+    (tuner._evaluate_pair) rather than against the start's earlier times."""
+    start = dict(device.tuning("recurrence"))
+    name = "REC_BWD_ROWS"               # read by no workload here: only the planted times count
+    faster = [v for v in tuner.choices(device, "recurrence", name, start)
+              if v != start[name]][0]
+    runs = []
+
+    def run():
+        runs.append(1)
+        slow = 2.5 if len(runs) > 2 else 1.0         # after the start's warm-up and timed run
+        value = device.tuning("recurrence")[name]
+        time.sleep(0.01 * slow * (0.7 if value == faster else 1.0))
+
+    work = [tuner.Workload("layer", run, lambda: None)]
+    result = tuner.tune_family(device, "recurrence", work, budget=30, repeat=2, start=start,
+                               names=[name])
+    assert result.best[name] == faster and result.speedup > 1.2, (result.best, result.speedup)
+
+
 def test_float32_search_skips_float64_parameters_and_starts_with_whole_sequence(device, db):
     """The recurrence's float32 workloads never vary REC_VW_F64 (only float64 calls read it)
     nor REC_PACK16_BYTES (its own float16 pass), and the whole-sequence thresholds are tried
