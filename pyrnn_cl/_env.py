@@ -205,6 +205,24 @@ def find_runtimes() -> bool:
     return _get("PYRNN_CL_FIND_RUNTIMES") is None or _flag("PYRNN_CL_FIND_RUNTIMES")
 
 
+def pin_pocl() -> bool:
+    """``PYRNN_CL_PIN_POCL``: ask PoCL to pin its worker threads (``POCL_AFFINITY=1``) before
+    the first platform query, where the user set no ``POCL_AFFINITY`` (true unless set to a
+    false word; :func:`pyrnn_cl.devices.runtimes.pocl_thread_defaults`)."""
+    return _get("PYRNN_CL_PIN_POCL") is None or _flag("PYRNN_CL_PIN_POCL")
+
+
+def pocl_threads() -> int | None:
+    """``POCL_MAX_PTHREAD_COUNT`` as PoCL reads it: its worker count (``None``: unset or not a
+    positive integer, PoCL's default of one per CPU)."""
+    value = _get("POCL_MAX_PTHREAD_COUNT")
+    try:
+        count = int(value) if value is not None else 0
+    except ValueError:
+        return None
+    return count if count > 0 else None
+
+
 def pocl_cache_dir() -> Path:
     """PoCL's kernel cache directory: ``POCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pocl``, else
     ``~/.cache/pocl`` (as PoCL chooses it; not created here)."""

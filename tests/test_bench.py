@@ -264,7 +264,8 @@ def test_main_list_and_bad_arguments(capsys):
 
 
 def test_pin_pocl_workers(monkeypatch):
-    """POCL_AFFINITY=1 only when unset and the process may run on CPUs 0..threads-1."""
+    """POCL_AFFINITY=1 only when unset, not switched off (PYRNN_CL_PIN_POCL=0) and the process
+    may run on CPUs 0..threads-1."""
     env = {}
     monkeypatch.setattr(os, "environ", env)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
@@ -280,6 +281,9 @@ def test_pin_pocl_workers(monkeypatch):
     assert bench.pin_pocl_workers(2) and env == {"POCL_AFFINITY": "1"}
     with pytest.raises(ValueError, match="threads: got 0"):
         bench.pin_pocl_workers(0)
+    env.clear()
+    env["PYRNN_CL_PIN_POCL"] = "0"                  # the library's switch holds here too
+    assert not bench.pin_pocl_workers(2) and "POCL_AFFINITY" not in env
 
 
 def test_main_writes_json_and_png(device, tmp_path, capsys, monkeypatch):

@@ -353,6 +353,58 @@ def test_broken_install_in_a_fresh_process_keeps_other_devices(tmp_path):
     assert out["PLATFORMS"] == off.stdout.strip()
 
 
+def test_pocl_workers_pinned_by_default(monkeypatch):
+    """POCL_AFFINITY=1 unless the user set it (even empty), PYRNN_CL_PIN_POCL is a false word,
+    or the process's CPU set lacks one of the CPUs 0..n-1 of PoCL's n workers
+    (POCL_MAX_PTHREAD_COUNT, else one per CPU)."""
+    env: dict = {}
+    monkeypatch.setattr(os, "environ", env)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert runtimes.pocl_thread_defaults() == {"POCL_AFFINITY": "1"}
+    assert env == {"POCL_AFFINITY": "1"}
+    assert runtimes.pocl_thread_defaults() == {}                # set once
+    for user in ("", "0"):                                      # the user's choice stays
+        env.clear()
+        env["POCL_AFFINITY"] = user
+        assert runtimes.pocl_thread_defaults() == {} and env == {"POCL_AFFINITY": user}
+    env.clear()
+    env["PYRNN_CL_PIN_POCL"] = "off"
+    assert runtimes.pocl_thread_defaults() == {} and "POCL_AFFINITY" not in env
+    env.clear()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # 4 CPUs, 2 allowed
+    assert runtimes.pocl_thread_defaults() == {} and env == {}
+    env["POCL_MAX_PTHREAD_COUNT"] = "x2"                       # not a count: one per CPU
+    assert runtimes.pocl_thread_defaults() == {} and "POCL_AFFINITY" not in env
+    env["POCL_MAX_PTHREAD_COUNT"] = "2"                        # two workers on CPUs 0 and 1
+    assert runtimes.pocl_thread_defaults() == {"POCL_AFFINITY": "1"}
+    env.clear()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3})
+    assert runtimes.pocl_thread_defaults(2) == {} and env == {}
+
+
+def test_first_device_query_pins_pocl_workers():
+    """A fresh process's first device query sets POCL_AFFINITY=1 (where its CPU set holds
+    CPUs 0..n-1), before PoCL reads it; PYRNN_CL_PIN_POCL=0 and a POCL_AFFINITY of the user's
+    leave it alone."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("POCL_AFFINITY", "PYRNN_CL_PIN_POCL", "POCL_MAX_PTHREAD_COUNT")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    script = ("import os; from pyrnn_cl.devices import list_devices; list_devices(); "
+              "print(os.environ.get('POCL_AFFINITY'))")
+
+    def affinity(**extra):
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=dict(env, **extra), timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    allowed = set(range(os.cpu_count() or 1)) <= os.sched_getaffinity(0)
+    assert affinity() == ("1" if allowed else "None")
+    assert affinity(PYRNN_CL_PIN_POCL="0") == "None"
+    assert affinity(POCL_AFFINITY="0") == "0"
+
+
 # }}}
 
 # {{{ the real install, when there is one

@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="threads for PoCL (POCL_MAX_PTHREAD_COUNT), NumPy's BLAS and torch "
                         "(default: the device's compute units)")
     p.add_argument("--no-pin", action="store_true",
-                   help="leave PoCL's worker threads unpinned (default: POCL_AFFINITY=1, one "
+                   help="leave PoCL's worker threads unpinned (PYRNN_CL_PIN_POCL=0; default: "
+                        "POCL_AFFINITY=1, one "
                         "worker per CPU, when the process may run on CPUs 0..N-1 and "
                         "POCL_AFFINITY is not set already)")
     p.add_argument("--host-inputs", action="store_true",
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         # read by PoCL when the platform is first opened (PoCL >= 4 also reads the new name)
         os.environ["POCL_MAX_PTHREAD_COUNT"] = str(args.threads)
         os.environ["POCL_CPU_MAX_CU_COUNT"] = str(args.threads)
-    if not args.no_pin:
+    if args.no_pin:
+        # (pyrnn_cl pins PoCL's workers at its first device query unless told not to)
+        os.environ["PYRNN_CL_PIN_POCL"] = "0"
+    else:
         pin_pocl_workers(args.threads)
     names = None
     if args.configs:

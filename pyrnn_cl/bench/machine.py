@@ -85,33 +85,15 @@ def sgemm_gflops(size: int = 1024, repeat: int = 5) -> dict:
 
 
 def pin_pocl_workers(threads: int | None = None) -> bool:
-    """Ask PoCL to pin its worker threads, worker i to CPU i (``POCL_AFFINITY=1``, read when
-    PoCL first opens, so call this before any OpenCL use). Returns whether it was set.
+    """Ask PoCL to pin its worker threads, worker i to CPU i, before any OpenCL use (what
+    pyrnn_cl does by default at its first device query:
+    :func:`pyrnn_cl.devices.runtimes.pocl_thread_defaults`, whose docstring says why and when
+    not), for ``threads`` workers (default PoCL's own count). Returns whether it was set."""
+    from ..devices import runtimes
 
-    Why: PoCL's workers sleep between kernels. A whole-sequence kernel runs one long
-    work-group per core; on two cores, Linux often wakes the second worker onto the CPU where
-    the first worker or the Python thread runs, and leaves it queued there while the other
-    CPU idles, so one core runs both work-groups and the call takes twice as long (measured
-    with the tiny LSTM forward: 10-55 % of calls at 2x unpinned, 0-2 % pinned). PyTorch's
-    OpenMP workers spin between parallel regions and stay on their CPUs.
-
-    Not set when the user set ``POCL_AFFINITY`` already, or when the process may not run on
-    every CPU ``0 .. threads-1`` (``threads``: PoCL's thread count, default the CPU count;
-    PoCL would pin outside the allowed set).
-    """
     if threads is not None and int(threads) < 1:
         raise ValueError(f"threads: got {threads}, expected a value >= 1 (or None)")
-    if "POCL_AFFINITY" in os.environ:
-        return False
-    n = int(threads or os.cpu_count() or 1)
-    try:
-        allowed = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        return False
-    if not set(range(n)) <= allowed:
-        return False
-    os.environ["POCL_AFFINITY"] = "1"
-    return True
+    return bool(runtimes.pocl_thread_defaults(threads))
 
 
 def intel_runtime_report() -> dict:

@@ -183,6 +183,8 @@ def _enumerate():
     from . import runtimes
 
     runtimes.register()
+    # PoCL's workers pinned one per CPU unless the user says otherwise (read when PoCL opens)
+    runtimes.pocl_thread_defaults()
     # from the first device query on, a forked child must not use OpenCL: PoCL starts its
     # worker threads here, and they do not survive fork (pyrnn_cl._lifecycle)
     _lifecycle.mark_opencl_used()

@@ -61,7 +61,8 @@ from .. import _env
 from ..errors import RuntimeInstallWarning
 
 __all__ = ["IntelRuntime", "Registration", "find_intel_runtime", "register", "registration",
-           "thread_defaults", "thread_settings", "INTEL_DIST", "INTEL_DEPENDENCIES"]
+           "thread_defaults", "thread_settings", "pocl_thread_defaults", "INTEL_DIST",
+           "INTEL_DEPENDENCIES"]
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,39 @@ def thread_defaults() -> dict[str, str]:
         if _env.set_default("CL_CONFIG_CPU_TBB_NUM_WORKERS", value):
             done["CL_CONFIG_CPU_TBB_NUM_WORKERS"] = value
     return done
+
+
+def pocl_thread_defaults(workers: int | None = None) -> dict[str, str]:
+    """Ask PoCL to pin its worker threads, worker i to CPU i (``POCL_AFFINITY=1``, which PoCL
+    reads when it first opens: :func:`pyrnn_cl.devices._enumerate` calls this right before its
+    first platform query); return what was set.
+
+    Why: PoCL's workers sleep between kernels. A whole-sequence kernel runs one long
+    work-group per core; on two cores, Linux often wakes the second worker onto the CPU where
+    the first worker or the Python thread runs, and leaves it queued there while the other CPU
+    idles, so one core runs both work-groups and the call takes twice as long (the tiny LSTM
+    forward: 10-55 % of calls at 2x unpinned, 0-2 % pinned; with NumPy inputs its forward
+    ratio to PyTorch 0.62-0.74 unpinned, 0.86-0.96 pinned, docs/benchmarks.md). PyTorch's
+    OpenMP workers spin between parallel regions and stay on their CPUs.
+
+    Nothing is set when ``PYRNN_CL_PIN_POCL`` is a false word, when the user set
+    ``POCL_AFFINITY`` (even empty), or when the process may not run on every CPU
+    ``0 .. n-1`` for PoCL's ``n`` workers (``workers``, else ``POCL_MAX_PTHREAD_COUNT``, else
+    one per CPU):
+    PoCL would pin outside the process's CPU set (``taskset``, a cgroup cpuset). A PoCL opened
+    before pyrnn_cl's first device query (the program queried platforms itself) keeps its
+    threads as they are.
+    """
+    if not _env.pin_pocl():
+        return {}
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return {}
+    workers = int(workers or _env.pocl_threads() or os.cpu_count() or 1)
+    if not set(range(workers)) <= allowed:
+        return {}
+    return {"POCL_AFFINITY": "1"} if _env.set_default("POCL_AFFINITY", "1") else {}
 
 
 def thread_settings() -> dict:
