@@ -467,11 +467,25 @@ class _Bar:
 
 def _evaluate(device, family, values, work, repeat, deadline):
     """Times of ``work`` under ``values``, after checking every result."""
+    def checked_times():
+        _check(work)
+        return _time(work, repeat, deadline)
+
+    return _under(device, family, values, checked_times)
+
+
+def _check(work) -> None:
+    """Every workload's result checked (:class:`CandidateError` when one is wrong)."""
+    for w in work:
+        w.check()
+
+
+def _under(device, family, values, fn):
+    """``fn()`` with ``values`` on trial: a wrong result raises :class:`CandidateError`, any
+    build or launch failure :class:`CandidateFailed`."""
     with tuning.trial(device, family, values):
         try:
-            for w in work:
-                w.check()
-            return _time(work, repeat, deadline)
+            return fn()
         except CandidateError:
             raise
         except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
@@ -481,17 +495,13 @@ def _evaluate(device, family, values, work, repeat, deadline):
 
 
 def _run_under(device, family, values, w: Workload) -> float:
-    """Seconds of one run of ``w`` under ``values`` (a build or launch failure:
-    :class:`CandidateFailed`)."""
-    with tuning.trial(device, family, values):
-        try:
-            t0 = time.perf_counter()
-            w.run()
-            return time.perf_counter() - t0
-        except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
-            raise CandidateFailed(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            device.queue.finish()
+    """Seconds of one run of ``w`` under ``values`` (:func:`_under`)."""
+    def timed():
+        t0 = time.perf_counter()
+        w.run()
+        return time.perf_counter() - t0
+
+    return _under(device, family, values, timed)
 
 
 def _evaluate_pair(device, family, reference, candidate, work, repeat, deadline):
@@ -500,16 +510,7 @@ def _evaluate_pair(device, family, reference, candidate, work, repeat, deadline)
     to back, alternating which goes first; best of each. Timed side by side, both see the same
     load: on a shared host whose speed drifts by 2x within minutes, a reference timed once at
     the start of a search makes later candidates look slower or faster than they are."""
-    with tuning.trial(device, family, candidate):
-        try:
-            for w in work:
-                w.check()
-        except CandidateError:
-            raise
-        except Exception as exc:   # noqa: BLE001 - any build/launch failure skips the candidate
-            raise CandidateFailed(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            device.queue.finish()
+    _under(device, family, candidate, lambda: _check(work))
     ref_times, cand_times = [], []
     for w in work:
         best = {0: math.inf, 1: math.inf}

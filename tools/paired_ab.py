@@ -22,15 +22,12 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 
 def main(argv=None) -> int:
-    sys.path[:0] = ["."]
+    sys.path[:0] = [".", "tools"]
+    from rec_ab import calls
+
     from pyrnn_cl import tuning
-    from pyrnn_cl.bench.configs import _resolve_configs
-    from pyrnn_cl.bench.sides import _Ours
-    from pyrnn_cl.bench.weights import _make_weights
     from pyrnn_cl.devices import get_device
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,36 +42,31 @@ def main(argv=None) -> int:
     b_values = dict(a_values, **json.loads(args.values))
     print(f"device: {device.info.name}; A: its {args.family} values, B: A with {args.values}",
           flush=True)
-    for cfg in _resolve_configs(args.configs.split(",")):
-        rng = np.random.default_rng(1)
-        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
-        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
-        ours = _Ours(cfg, _make_weights(cfg), x, dy, device, use_cudnn=False)
-        for label, fn in (("fwd", ours.run_forward), ("fwd+bwd", ours.run_fwd_bwd)):
-            def run(values, fn=fn):
-                with tuning.trial(device, args.family, values):
-                    t0 = time.perf_counter()
-                    fn()
-                    return time.perf_counter() - t0
+    for cfg, label, fn in calls(args.configs, device):
+        def run(values, fn=fn):
+            with tuning.trial(device, args.family, values):
+                t0 = time.perf_counter()
+                fn()
+                return time.perf_counter() - t0
 
-            for values in (a_values, b_values, a_values, b_values):      # warm-up, builds
-                run(values)
-            times_a, times_b, ratios = [], [], []
-            for r in range(args.rounds):
-                if r % 2:
-                    b = run(b_values)
-                    a = run(a_values)
-                else:
-                    a = run(a_values)
-                    b = run(b_values)
-                times_a.append(a)
-                times_b.append(b)
-                ratios.append(b / a)
-            q1, _, q3 = statistics.quantiles(ratios, n=4)
-            med_a, med_b = statistics.median(times_a), statistics.median(times_b)
-            print(f"{cfg.name:22s} {label:8s} A {med_a * 1e3:8.2f} ms  B {med_b * 1e3:8.2f} ms"
-                  f"  B/A {statistics.median(ratios):.3f} (IQR {q1:.3f}-{q3:.3f}), B faster in "
-                  f"{sum(r < 1 for r in ratios)}/{args.rounds}", flush=True)
+        for values in (a_values, b_values, a_values, b_values):      # warm-up, builds
+            run(values)
+        times_a, times_b, ratios = [], [], []
+        for r in range(args.rounds):
+            if r % 2:
+                b = run(b_values)
+                a = run(a_values)
+            else:
+                a = run(a_values)
+                b = run(b_values)
+            times_a.append(a)
+            times_b.append(b)
+            ratios.append(b / a)
+        q1, _, q3 = statistics.quantiles(ratios, n=4)
+        med_a, med_b = statistics.median(times_a), statistics.median(times_b)
+        print(f"{cfg.name:22s} {label:8s} A {med_a * 1e3:8.2f} ms  B {med_b * 1e3:8.2f} ms"
+              f"  B/A {statistics.median(ratios):.3f} (IQR {q1:.3f}-{q3:.3f}), B faster in "
+              f"{sum(r < 1 for r in ratios)}/{args.rounds}", flush=True)
     return 0
 
 

@@ -23,13 +23,27 @@ import sys
 import numpy as np
 
 
+def calls(configs: str, device):
+    """``(config, "fwd" | "fwd+bwd", call)`` for each configuration of the comma list
+    ``configs`` (bench names or CELL:HxIxNxT shapes): the MPSGraph-dialect forward and
+    forward+backward on device arrays, as the bench times them."""
+    from pyrnn_cl.bench.configs import _resolve_configs
+    from pyrnn_cl.bench.sides import _Ours
+    from pyrnn_cl.bench.weights import _make_weights
+
+    for cfg in _resolve_configs(configs.split(",")):
+        rng = np.random.default_rng(1)
+        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
+        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
+        ours = _Ours(cfg, _make_weights(cfg), x, dy, device, use_cudnn=False)
+        yield cfg, "fwd", ours.run_forward
+        yield cfg, "fwd+bwd", ours.run_fwd_bwd
+
+
 def main(argv=None) -> int:
     sys.path[:0] = ["."]
     from pyrnn_cl import tuning
-    from pyrnn_cl.bench.configs import _resolve_configs
-    from pyrnn_cl.bench.sides import _Ours
     from pyrnn_cl.bench.timing import _timed_blocks
-    from pyrnn_cl.bench.weights import _make_weights
     from pyrnn_cl.devices import get_device
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,24 +60,19 @@ def main(argv=None) -> int:
         name, _, text = spec.partition("=")
         variants[name] = dict(base, **json.loads(text))
     print(f"device: {device.info.name}; its {args.family} values: {base}", flush=True)
-    for cfg in _resolve_configs(args.configs.split(",")):
-        rng = np.random.default_rng(1)
-        x = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.I)).astype(np.float32)
-        dy = rng.uniform(-1, 1, (cfg.T, cfg.N, cfg.directions * cfg.H)).astype(np.float32)
-        ours = _Ours(cfg, _make_weights(cfg), x, dy, device, use_cudnn=False)
-        for label, fn in (("fwd", ours.run_forward), ("fwd+bwd", ours.run_fwd_bwd)):
-            def under(values, fn=fn):
-                def call():
-                    with tuning.trial(device, args.family, values):
-                        fn()
-                return call
+    for cfg, label, fn in calls(args.configs, device):
+        def under(values, fn=fn):
+            def call():
+                with tuning.trial(device, args.family, values):
+                    fn()
+            return call
 
-            times = _timed_blocks({k: under(v) for k, v in variants.items()},
-                                  repeat=args.repeat, warmup=2)
-            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            first = med["device"]
-            print(f"{cfg.name:22s} {label:8s} " + "  ".join(
-                f"{k} {m:.2f} ms ({m / first:.3f})" for k, m in med.items()), flush=True)
+        times = _timed_blocks({k: under(v) for k, v in variants.items()},
+                              repeat=args.repeat, warmup=2)
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        first = med["device"]
+        print(f"{cfg.name:22s} {label:8s} " + "  ".join(
+            f"{k} {m:.2f} ms ({m / first:.3f})" for k, m in med.items()), flush=True)
     return 0
 
 
