@@ -142,9 +142,9 @@ class LayerPlan:
 
         fused = whole_sequence(nb)
         # CPUs (REC_ACC_MAX, one work-item per tile): more rows per tile for cells with fewer
-        # gates, while the tile's
-        # gates x rows vectors fit the accumulator budget and N has the rows; not where that
-        # would change the launch kind, or leave a core without a whole-sequence work-group
+        # gates, while the tile's gates x rows vectors fit the accumulator budget and N has
+        # the rows; not where that would change the launch kind, or leave a core without a
+        # whole-sequence work-group
         acc_max = int(tuning.get("REC_ACC_MAX", 0)) if int(tuning.get("REC_KS", 1)) <= 1 else 0
         wide = nb
         while acc_max and wide < 16 and 2 * wide * cell.G <= acc_max and 2 * wide <= N:

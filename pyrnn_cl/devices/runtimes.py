@@ -313,8 +313,8 @@ def pocl_thread_defaults(workers: int | None = None) -> dict[str, str]:
     Nothing is set when ``PYRNN_CL_PIN_POCL`` is a false word, when the user set
     ``POCL_AFFINITY`` (even empty), or when the process may not run on every CPU
     ``0 .. n-1`` for PoCL's ``n`` workers (``workers``, else ``POCL_MAX_PTHREAD_COUNT``, else
-    one per CPU):
-    PoCL would pin outside the process's CPU set (``taskset``, a cgroup cpuset). A PoCL opened
+    one per CPU): PoCL would pin outside the process's CPU set (``taskset``, a cgroup
+    cpuset). A PoCL opened
     before pyrnn_cl's first device query (the program queried platforms itself) keeps its
     threads as they are.
     """
