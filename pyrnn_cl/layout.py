@@ -143,9 +143,8 @@ class CudnnLayout:
         G = NUM_GATES[self.mode]
         R = self.P or self.H
         object.__setattr__(self, "_G", G)
-        object.__setattr__(self, "_R", R)       # (in_size reads it)
-        pseudo = tuple((G * self.H * self.in_size(l) if self.has_w(l) else 0)
-                       + G * self.H * R + self.P * self.H + 2 * G * self.H
+        object.__setattr__(self, "_R", R)       # (w_size and GH read these two)
+        pseudo = tuple(self.w_size(l) + self.GH * R + self.P * self.H + 2 * self.GH
                        for l in range(self.L))
         bases = [0]
         for size in pseudo:

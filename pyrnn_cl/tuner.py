@@ -370,7 +370,7 @@ def _time(work: list[Workload], repeat: int, deadline: float | None = None) -> l
             t0 = time.perf_counter()
             w.run()
             best = min(best, time.perf_counter() - t0)
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 break
         out.append(best)
     return out
@@ -512,15 +512,15 @@ def _evaluate_pair(device, family, reference, candidate, work, repeat, deadline)
     the start of a search makes later candidates look slower or faster than they are."""
     _under(device, family, candidate, lambda: _check(work))
     ref_times, cand_times = [], []
+    sides = ((0, reference), (1, candidate))
     for w in work:
-        best = {0: math.inf, 1: math.inf}
-        sides = ((0, reference), (1, candidate))
+        best = [math.inf, math.inf]             # reference, candidate
         for _, values in sides:
             _run_under(device, family, values, w)
         for r in range(repeat):
             for k, values in sides[::-1] if r % 2 else sides:
                 best[k] = min(best[k], _run_under(device, family, values, w))
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 break
         ref_times.append(best[0])
         cand_times.append(best[1])

@@ -258,15 +258,14 @@ def vector_registers(info) -> int:
 def cpu_gemm_tiles(registers: int) -> tuple[int, int, int]:
     """``(rows, vectors, dot)``: the register tiles of the outer-product and dot kernels for
     ``registers`` vector registers: ``GEMM_TM`` = 6 rows by ``GEMM_TN`` / ``GEMM_VW`` =
-    (registers - 4) // 6 vectors
-    (at most 4): the accumulators plus one row of Q's vectors and a broadcast of P within the
-    file, the classic 6 x 4-vector tile of AVX-512 (24 accumulators of 32) and 6 x 2 of AVX2
-    (12 of 16); the dot kernel's ``GEMM_DTM`` = ``GEMM_DTN`` = the largest d with d * d
-    accumulators plus 2d operand vectors within the file (4 on 32 registers, 3 on 16).
-    Measured on PoCL 3.1 (docs/benchmarks.md, "Register tiles from the register file"):
-    AVX2 code, 6 x 2 against the 4 x 4 it replaces (16 accumulators: spilled), 1.35x on the
-    LSTM 256/16/150 input product and 1.6x on its weight gradient; AVX-512 code, 6 x 4 against
-    4 x 4 up to 1.2x on the best of 21 runs."""
+    (registers - 4) // 6 vectors (at most 4): the accumulators plus one row of Q's vectors and a
+    broadcast of P within the file, the classic 6 x 4-vector tile of AVX-512 (24 accumulators of
+    32) and 6 x 2 of AVX2 (12 of 16); the dot kernel's ``GEMM_DTM`` = ``GEMM_DTN`` = the largest
+    d with d * d accumulators plus 2d operand vectors within the file (4 on 32 registers, 3 on
+    16). Measured on PoCL 3.1 (docs/benchmarks.md, "Register tiles from the register file"):
+    AVX2 code, 6 x 2 against the 4 x 4 it replaces (16 accumulators: spilled), 1.35x on the LSTM
+    256/16/150 input product and 1.6x on its weight gradient; AVX-512 code, 6 x 4 against 4 x 4
+    up to 1.2x on the best of 21 runs."""
     tnv = max(1, min(4, (registers - 4) // 6))
     dot = max(d for d in (1, 2, 3, 4) if d * d + 2 * d <= registers)
     return 6, tnv, dot
@@ -312,7 +311,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         fixed = bool(profile.specialises_per_local_size)
         # (GEMM_PACK_KC is also the pack kernels' vector width: a wider one than the native
         # width changes the calling convention and the compiler says so on stderr)
-        tm, tnv, dot = cpu_gemm_tiles(vector_registers(info))
+        registers = vector_registers(info)
+        tm, tnv, dot = cpu_gemm_tiles(registers)
         gemm = {"GEMM_VW": vw, "GEMM_TN": tnv * vw, "GEMM_TM": tm, "GEMM_DVW": vw,
                 "GEMM_DTM": dot, "GEMM_DTN": dot,
                 "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
@@ -330,7 +330,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # 8 rows x 3 gates and the vanilla cell's 16 x 1 (24 and 16 of 32 registers) ran
             # GRU 512/16 22 % faster forward and 6 % forward+backward, a ReLU RNN 1760/16 7 %
             # (paired rounds, docs/benchmarks.md); an LSTM's 4 x 4 stays
-            "REC_ACC_MAX": vector_registers(info) * 3 // 4,
+            "REC_ACC_MAX": registers * 3 // 4,
             # one work-item per group: one local size, one specialisation per kernel
             "REC_WG": 1 if fixed else 0,
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
