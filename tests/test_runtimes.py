@@ -381,6 +381,10 @@ def test_pocl_workers_pinned_by_default(monkeypatch):
     env.clear()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3})
     assert runtimes.pocl_thread_defaults(2) == {} and env == {}
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"workers: got {bad}, expected a value >= 1"):
+            runtimes.pocl_thread_defaults(bad)
+    assert env == {}
 
 
 def test_first_device_query_pins_pocl_workers():

@@ -318,6 +318,8 @@ def pocl_thread_defaults(workers: int | None = None) -> dict[str, str]:
     before pyrnn_cl's first device query (the program queried platforms itself) keeps its
     threads as they are.
     """
+    if workers is not None and int(workers) < 1:
+        raise ValueError(f"workers: got {workers}, expected a value >= 1 (or None)")
     if not _env.pin_pocl():
         return {}
     try:
