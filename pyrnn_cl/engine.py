@@ -345,6 +345,7 @@ class Recurrence:
         # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self.fwd_nb = plan.fwd_nb
         self.ks = plan.ks
         self.bwd_rows = plan.bwd_rows
         self._programs: dict[tuple, Program] = {}
@@ -427,12 +428,14 @@ class Recurrence:
 
     def _program(self, **extra):
         """The engine program of this layer's cell, flags and ``extra`` defines (memoized per
-        layer: a forward asks for it up to four times, each lookup ~15 us of host time)."""
+        layer: a forward asks for it up to four times, each lookup ~15 us of host time). Its
+        tiles have the forward's batch rows unless ``extra`` sets ``REC_NB`` (the backward's);
+        launches take the rows from the program (:meth:`_rows`)."""
         key = tuple(sorted(extra.items()))
         prog = self._programs.get(key)
         if prog is None:
             defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw,
-                       "REC_NB": self.nb}
+                       "REC_NB": self.fwd_nb}
             if self.plan.pack16:
                 defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
@@ -466,13 +469,18 @@ class Recurrence:
     def _or_dummy(self, a):
         return self._dummy.base_data if a is None else a.base_data
 
-    def _step_grid(self, width):
+    @staticmethod
+    def _rows(prog) -> int:
+        """The batch rows of a tile of ``prog``'s kernels (its ``REC_NB``)."""
+        return int(prog.defines["REC_NB"])
+
+    def _step_grid(self, width, rows):
         """``(global, local)`` of a step kernel over ``width`` units: dimension 0 runs over
-        groups of ``nb`` batch rows, dimension 1 over vectors of ``vw`` units of every
+        groups of ``rows`` batch rows, dimension 1 over vectors of ``vw`` units of every
         direction. Work-items of one group share the weight slab of their units. With
         ``ks`` > 1 each tile is a work-group of ``ks`` work-items along dimension 0 that split
         its products (``REC_KS`` in ``cl/recurrence.cl``)."""
-        groups = (self.N + self.nb - 1) // self.nb
+        groups = (self.N + rows - 1) // rows
         grid = (groups * self.ks, self.D * (width // self.vw))
         if self.ks > 1:
             return grid, (self.ks, 1)
@@ -495,7 +503,7 @@ class Recurrence:
             return False
         knl = prog.kernel(name)
         _sig(name).set(knl, **args)
-        grid, _ = self._step_grid(self.H)
+        grid, _ = self._step_grid(self.H, self._rows(prog))
         enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
@@ -505,7 +513,7 @@ class Recurrence:
         ``width`` units."""
         knl, sig = prog.kernel(name), _sig(name)
         sig.set(knl, s=_I32(0), **args)
-        return knl, sig.position("s"), self._step_grid(width)
+        return knl, sig.position("s"), self._step_grid(width, self._rows(prog))
 
     def _run_steps(self, kernels, steps):
         """Enqueue ``kernels`` (list of :meth:`_step_kernel`'s triples) for every step in
@@ -756,7 +764,7 @@ class Recurrence:
             xargs.update(xs=temporary(self.device, (D * T * N * I,), self.dtype).base_data,
                          xs_sd=_I64(T * N * I))
         if "xb" in inputs16:
-            groups = (N + self.nb - 1) // self.nb
+            groups = (N + self.fwd_nb - 1) // self.fwd_nb
             xargs.update(xb=temporary(self.device, (groups * D * GH,), self.dtype).base_data,
                          xb_off=_I64(0), xb_sd=_I64(GH), xb_sg=_I64(D * GH))
         if "h0" in inputs16:
@@ -858,7 +866,8 @@ class Recurrence:
             upstream = dataclasses.replace(
                 upstream, dy=self._new("dy", (T, N, D * K), pooled=False, zeros=True))
         flags = dict(HAS_DY=int(upstream.dy is not None), HAS_DHN=1,
-                     HAS_DCN=int(self.cell.has_c), HAS_DCS=int(upstream.dcs is not None))
+                     HAS_DCN=int(self.cell.has_c), HAS_DCS=int(upstream.dcs is not None),
+                     REC_NB=self.nb)
         prog = self._program(**flags)
         fwd, layer, upstream, inputs, read16, seq16 = self._grad_inputs(
             fwd, layer, upstream, targets.inputs,

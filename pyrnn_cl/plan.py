@@ -82,8 +82,8 @@ def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
 class LayerPlan:
     """Shapes, launch choices and buffer sizes of one layer of ``D`` directions of ``cell``
     over ``T`` steps of ``N`` rows (module docstring). The launch choices (``vw``, ``nb``,
-    ``wg``, ``fused``) come from a device's tuning (:meth:`for_device`); they change no buffer
-    size, so a plan built without a device (the defaults) sizes buffers just the same."""
+    ``fwd_nb``, ``wg``, ``fused``) come from a device's tuning (:meth:`for_device`); they change
+    no buffer size, so a plan built without a device (the defaults) sizes buffers just the same."""
 
     cell: CellSpec
     T: int
@@ -94,7 +94,8 @@ class LayerPlan:
     itemsize: int = 4
     bwd_rows: int = CPU_REC_BWD_ROWS  # REC_BWD_ROWS: rows (steps x N) of gate gradients a chunk
     vw: int = 1              # units per work-item
-    nb: int = 1              # batch rows per work-item
+    nb: int = 1              # batch rows per work-item (the backward's kernels)
+    fwd_nb: int = 1          # batch rows per work-item of the forward's kernels
     wg: int = 0              # work-items per group along the batch groups (0: the driver's)
     ks: int = 1              # work-items sharing a tile's products (a work-group each when > 1)
     fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
@@ -152,11 +153,20 @@ class LayerPlan:
         if wide > nb and whole_sequence(wide) == fused and (
                 not fused or D * -(-N // wide) >= compute_units):
             nb = wide
+        # the forward's tile (gates x rows accumulators beside a weight vector per gate) has
+        # fewer rows where REC_NB's do not fit REC_ACC_MAX (an LSTM's 4 x 4 on AVX2's 16
+        # registers: spilled); the backward's keeps them, each of its weight vectors serving
+        # every row (two rows there measured slower), as does a change of launch kind
+        fwd_nb = nb
+        while acc_max and fwd_nb > 1 and fwd_nb * cell.G > acc_max:
+            fwd_nb //= 2
+        if whole_sequence(fwd_nb) != fused:
+            fwd_nb = nb
         # products split over REC_KS lanes (a work-group per tile) are for per-step kernels: a
         # whole-sequence work-group holds every unit of a direction, one work-item per tile
         ks = 1 if fused else max(1, int(tuning.get("REC_KS", 1)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
-                   bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb,
+                   bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb, fwd_nb=fwd_nb,
                    wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16,
                    small_bytes=int(tuning.get("REC_SEQ_BYTES", 0)) if fused else 0)
 

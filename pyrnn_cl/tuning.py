@@ -136,7 +136,8 @@ SPACE: dict[str, tuple[Param, ...]] = {
         Param("REC_ACC_MAX", (0, 8, 12, 16, 24, 32), 0, 64,
               "most accumulator vectors (gates x batch rows) of a CPU work-item's tile: the "
               "rows per tile double from REC_NB (up to 16) while a cell's tile stays within it, "
-              "the batch has the rows and no core loses its work-group (0: REC_NB rows)",
+              "the batch has the rows and no core loses its work-group; the forward's tile "
+              "halves below REC_NB where REC_NB's rows do not fit (0: REC_NB rows)",
               compiled=False),
         Param("REC_KS", (1, 4, 8, 16, 32, 64), 1, 256,
               "work-items sharing a tile's products (a power of two; a work-group each)"),
@@ -285,7 +286,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
     file (:func:`vector_registers`, :func:`cpu_gemm_tiles`: 6 rows x 4 vectors on AVX-512,
     6 x 2 on AVX2; dot tiles 4 x 4 and 3 x 3), recurrence tiles of ``REC_NB`` = 4 batch
     rows x G gates, more rows for cells with fewer gates within ``REC_ACC_MAX`` = 3/4 of the
-    register file (:meth:`pyrnn_cl.plan.LayerPlan.for_device`). Fixed local sizes where the
+    register file, fewer in the forward's tile where 4 do not fit (an LSTM on AVX2: 2 rows;
+    :meth:`pyrnn_cl.plan.LayerPlan.for_device`). Fixed local sizes where the
     implementation compiles a work-group function per local size
     (``specialises_per_local_size``).
 

@@ -134,6 +134,30 @@ def test_reference_wide_batch_tiles(device, kind, per_step, monkeypatch):
     check_against_reference(device, kind, desc, inputs)
 
 
+@pytest.mark.parametrize("per_step", [False, True], ids=["whole", "steps"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_reference_forward_rows_below_the_backward_rows(device, kind, per_step, monkeypatch):
+    """Forward tiles of fewer batch rows than the backward's (REC_ACC_MAX = 8 below REC_NB = 4:
+    forward 2 rows, backward 4), ragged over N = 19 rows, bidirectional, in the whole-sequence
+    and the per-step kernels: the backward reads what the forward's tiles saved."""
+    from pyrnn_cl.mps import _cell
+    from pyrnn_cl.plan import LayerPlan
+
+    needs_fp64(device)
+    values = {"REC_NB": 4, "REC_ACC_MAX": 8}
+    if per_step:
+        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
+    override_tuning(device, monkeypatch, **values)
+    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
+    shape = S.Shape("forward_rows", T=4, N=19, I=3, H=9)
+    plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
+                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
+                                H=shape.H, D=2)
+    assert (plan.fwd_nb, plan.nb) == (2, 4)
+    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=5)
+    check_against_reference(device, kind, desc, inputs)
+
+
 @pytest.mark.parametrize("direction", ["rev", "bidi"])
 @pytest.mark.parametrize("key", list(GRU_MATRIX), ids=[gru_id(k) for k in GRU_MATRIX])
 def test_gru_flag_matrix(device, key, direction):

@@ -263,3 +263,35 @@ def test_cpu_batch_rows_grow_within_the_accumulator_budget():
     assert nb(AVX512_CPU, "rnn", H=1024) == 4
     assert nb(AVX512_CPU, "gru-after", N=8, H=64, units=1) == 8
     assert nb(AVX512_CPU, "gru-after", N=8, H=64, D=2) == 8
+
+
+def test_cpu_forward_rows_fit_the_accumulator_budget():
+    """The forward's tile halves its rows below REC_NB where gates x rows exceed REC_ACC_MAX
+    (an LSTM's 4 x 4 on AVX2's budget of 12: 2 rows; its backward keeps 4); never where that
+    would change the launch kind; no change where REC_NB's fit (AVX-512, GPUs)."""
+    from helpers.fake_devices import AVX2_CPU, AVX512_CPU, NVIDIA_H100
+    from pyrnn_cl.devices import profile_for
+    from pyrnn_cl.plan import LayerPlan
+    from pyrnn_cl.tuning import derive
+
+    def rows(info, name, N=16, H=2048, units=2, **values):
+        tuning = dict(derive(info, profile_for(info))["recurrence"], **values)
+        plan = LayerPlan.for_device(CELLS[name], np.float32, tuning, units, T=5, N=N, H=H)
+        return plan.fwd_nb, plan.nb
+
+    cells = ("lstm", "gru-after", "gru-before", "rnn")
+    assert [rows(AVX2_CPU, c) for c in cells] == [(2, 4), (4, 4), (4, 4), (8, 8)]
+    assert [rows(AVX512_CPU, c) for c in cells] == [(4, 4), (8, 8), (8, 8), (16, 16)]
+    assert [rows(NVIDIA_H100, c, units=132) for c in cells] == [(4, 4)] * 4
+    # a budget below one row of gates leaves one row; REC_ACC_MAX = 0 leaves REC_NB
+    assert rows(AVX2_CPU, "lstm", REC_ACC_MAX=3) == (1, 4)
+    assert rows(AVX2_CPU, "lstm", REC_ACC_MAX=0) == (4, 4)
+    # whole-sequence with 4 groups of 4 rows (LSTM H = 128, N = 16: R 256 KiB); 8 groups of 2
+    # rows would stream R 8 times per step, past REC_SEQ_STREAM_BYTES = 1 MiB: per-step
+    # kernels, so the forward keeps 4 rows and the one launch
+    whole = dict(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=1 << 20, REC_SEQ_STREAM_BYTES=1 << 20)
+    tuning = dict(derive(AVX2_CPU, profile_for(AVX2_CPU))["recurrence"], **whole)
+    plan = LayerPlan.for_device(CELLS["lstm"], np.float32, tuning, 2, T=5, N=16, H=128)
+    assert plan.fused and (plan.fwd_nb, plan.nb) == (4, 4)
+    assert rows(AVX2_CPU, "lstm", N=16, H=128, **dict(whole, REC_SEQ_STREAM_BYTES=2 << 20)) \
+        == (2, 4)

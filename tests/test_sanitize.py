@@ -119,7 +119,7 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
     (8-wide vectors with the default tuning of most profiles), then a bidirectional reset-after
     GRU with H = 12 under REC_VW = 4, REC_NB = 3, REC_WG = 2: explicit work-groups of 2 row
     blocks, N = 11, so the last block's 12th row is idle; the same GRU in tiles of 8 rows
-    (REC_ACC_MAX)."""
+    (REC_ACC_MAX); an LSTM whose forward and backward tiles differ in rows."""
     rng = np.random.default_rng(7)
     T, N, I, H = 3, 3, 2, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H, scale=0.3),
@@ -136,6 +136,14 @@ def test_vector_widths_and_explicit_work_groups(device, monkeypatch):
     # tiles of 8 rows (REC_ACC_MAX: 8 x 3 gates), the second block 3 rows short
     override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=4, REC_ACC_MAX=24)
     _mps("gru", device, g, gru)
+    # an LSTM whose forward tiles have 2 rows and backward tiles 4 (REC_ACC_MAX = 8, as an
+    # LSTM on AVX2), N = 5: the last tile of each short
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=4, REC_ACC_MAX=8)
+    T, N, I, H = 3, 5, 2, 8
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 4 * H, H, scale=0.3),
+             input_weight=_r(rng, 4 * H, I), bias=_r(rng, 4 * H), init_state=_r(rng, N, H),
+             init_cell=_r(rng, N, H))
+    _mps("lstm", device, a, rc.LSTMDescriptor(training=True))
 
 
 def test_split_products_over_work_groups(device, monkeypatch):

@@ -1,14 +1,16 @@
 """Paired A/B of one set of tuning values against the device's own (a developer's tool).
 
-    python tools/paired_ab.py [--device SPEC] [--rounds N] FAMILY CONFIGS JSON
+    python tools/paired_ab.py [--device SPEC] [--rounds N] [--base JSON] FAMILY CONFIGS JSON
 
 FAMILY is a tuning family (recurrence, gemm, gemm_f64, reduce), CONFIGS a comma list of
 ``pyrnn-cl bench`` configuration names or CELL:HxIxNxT shapes, JSON the values that variant B
 changes, e.g. ``'{"REC_ACC_MAX": 0}'``; variant A is the device's own values
-(``device.tuning``). Each round times one call of A and one of B back to back, alternating
-which goes first, and the tool prints, per configuration and for the forward and the
-forward+backward (MPSGraph dialect, device arrays), the median of the per-round ratios B / A,
-their interquartile range and in how many rounds B was the faster. On a shared host whose
+(``device.tuning``) with ``--base``'s where given (both variants take those: e.g. the vector
+width of another CPU whose code PoCL generates here, ``POCL_KERNELLIB_NAME``). Each round times
+one call of A and one of B back to back, alternating which goes first, and the tool prints, per
+configuration and for the forward and the forward+backward (MPSGraph dialect, device arrays),
+the median of the per-round ratios B / A, their interquartile range and in how many rounds B
+was the faster. On a shared host whose
 speed drifts by 2x within minutes, medians of separately timed variants (``tools/rec_ab.py``)
 move with the drift; a ratio taken within each round does not (docs/benchmarks.md, "Register
 tiles from the register file").
@@ -36,12 +38,14 @@ def main(argv=None) -> int:
     p.add_argument("values", metavar="JSON")
     p.add_argument("--device", default=None)
     p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--base", default="{}", metavar="JSON",
+                   help="values of FAMILY that both variants take")
     args = p.parse_args(argv)
     device = get_device(args.device)
-    a_values = dict(device.tuning(args.family))
+    a_values = dict(device.tuning(args.family), **json.loads(args.base))
     b_values = dict(a_values, **json.loads(args.values))
-    print(f"device: {device.info.name}; A: its {args.family} values, B: A with {args.values}",
-          flush=True)
+    print(f"device: {device.info.name}; A: its {args.family} values with {args.base}, B: A "
+          f"with {args.values}", flush=True)
     for cfg, label, fn in calls(args.configs, device):
         def run(values, fn=fn):
             with tuning.trial(device, args.family, values):
