@@ -1,0 +1,121 @@
+"""How close any torch bridge can come to device-array calls on a device (a developer's tool).
+
+    python tools/bridge_floor.py [--device SPEC] [--rounds N] CELL:HxIxNxT ...
+
+Times, interleaved call by call (the order rotating every round), forward+backward of:
+
+* ``arrays``: the cuDNN-dialect calls on device arrays, results left on the device (the bench's
+  bridge baseline);
+* ``bridge``: ``pyrnn_cl.torch``'s module, as ``pyrnn-cl bench --bridge`` times it;
+* ``floor``: a stripped bridge, a bare ``torch.autograd.Function`` around the same two calls
+  that wraps the input and the output gradient in place, reads back only ``y``, ``dx`` and the
+  flat parameter gradient (one wait each) and does nothing else: no argument checks, no
+  parameter cache or version checks, no ``h_n``/``c_n``, no parameter gradients handed to
+  autograd. What torch's autograd and the two inherent synchronisations (the forward's results
+  are read before the backward can be called) cost on their own.
+
+It prints the median time of each and its ratio to ``arrays``: where ``floor`` stays below a
+target, no bridge reaches it on that device and shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def _measure(shape: str, device, rounds: int) -> None:
+    import pyopencl.array as cla
+    import torch
+
+    import pyrnn_cl as rc
+    import pyrnn_cl.torch as rt
+    from pyrnn_cl._arrays import read_host, shares_host_memory, wrap_host
+    from pyrnn_cl.bench.configs import _shape_config
+
+    q = device.queue
+    cfg = _shape_config(shape)
+    H, I, N, T = cfg.H, cfg.I, cfg.N, cfg.T
+    mode = {"lstm": "lstm", "gru": "gru"}.get(cfg.cell, "rnn_relu")
+    m = {"lstm": rt.LSTM, "gru": rt.GRU}[mode](I, H, cl_device=device) if mode != "rnn_relu" \
+        else rt.RNN(I, H, nonlinearity="relu", cl_device=device)
+    params = list(m.parameters())
+    x, dy = torch.randn(T, N, I), torch.randn(T, N, H)
+    size = rc.cudnn_rnn_params_size(1, H, I, rnn_mode=mode)
+    pd = cla.to_device(q, (0.05 * np.random.default_rng(0).standard_normal(size))
+                       .astype(np.float32))
+    xd, dyd = cla.to_device(q, x.numpy()), cla.to_device(q, dy.numpy())
+    h0 = cla.zeros(q, (1, N, H), np.float32)
+    c0 = cla.zeros(q, (1, N, H), np.float32) if mode == "lstm" else None
+    in_place = shares_host_memory(device)
+
+    def host_array(t):
+        a = t.detach().contiguous().numpy()
+        return wrap_host(q, a) if in_place else cla.to_device(q, a)
+
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, xx, *_params):
+            xa = host_array(xx)
+            y, _, _, res, host = rc.cudnn_rnn(xa, h0, c0, pd, rnn_mode=mode, device=device)
+            out, = read_host(q, [(y, 0, y.shape)], in_place)
+            ctx.state = (xa, res, host)
+            return torch.from_numpy(out)
+
+        @staticmethod
+        def backward(ctx, g):
+            xa, res, host = ctx.state
+            ga = host_array(g)
+            dx, _, _, dp = rc.cudnn_rnn_backprop(xa, h0, c0, pd, None, None, None, None, ga,
+                                                 None, None, res, host, rnn_mode=mode,
+                                                 device=device)
+            gx, _ = read_host(q, [(dx, 0, dx.shape), (dp, 0, dp.shape)], in_place)
+            return (torch.from_numpy(gx),) + (None,) * len(params)
+
+    def arrays():
+        y, hn, cn, res, host = rc.cudnn_rnn(xd, h0, c0, pd, rnn_mode=mode, device=device)
+        rc.cudnn_rnn_backprop(xd, h0, c0, pd, None, None, None, None, dyd, None, None, res, host,
+                              rnn_mode=mode, device=device)
+        q.finish()
+
+    def bridge():
+        xx = x.detach().requires_grad_(True)
+        torch.autograd.grad(m(xx)[0], [xx, *params], dy)
+
+    def floor():
+        xx = x.detach().requires_grad_(True)
+        torch.autograd.grad(Floor.apply(xx, *params), [xx], dy)
+
+    sides = {"arrays": arrays, "bridge": bridge, "floor": floor}
+    times: dict = {k: [] for k in sides}
+    names = list(sides)
+    for r in range(rounds + 3):
+        for k in names[r % 3:] + names[:r % 3]:
+            t0 = time.perf_counter()
+            sides[k]()
+            if r >= 3:                          # (warm-up rounds)
+                times[k].append(time.perf_counter() - t0)
+    base = np.median(times["arrays"])
+    print(f"{shape}: " + ", ".join(f"{k} {np.median(v) * 1e3:.3f} ms ({base / np.median(v):.3f})"
+                                   for k, v in times.items()))
+
+
+def main(argv=None) -> int:
+    from pyrnn_cl.devices import get_device
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("shapes", nargs="+")
+    p.add_argument("--device", default=None)
+    p.add_argument("--rounds", type=int, default=60)
+    args = p.parse_args(argv)
+    device = get_device(args.device)
+    print(f"device: {device.info.name} ({device.info.platform_name})")
+    for shape in args.shapes:
+        _measure(shape, device, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
