@@ -323,7 +323,11 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=tnv * vwd, GEMM_DVW=vwd,
                       GEMM_PACK_KC=max(4, vwd))
-        cache = int(info.global_mem_cache_size or 0)
+        # the last-level cache: what OpenCL reports as the global cache on PoCL, where Intel's
+        # runtime reports the level 2 (2 MiB on a Xeon with 300 MiB of L3: whole-sequence
+        # kernels then stopped at R = 256 KiB, and bi2-256x32 and db-charlm ran 6-10 %
+        # slower forward, paired, than with the Xeon's L3); a CPU device's host says its own
+        cache = max(int(info.global_mem_cache_size or 0), info.last_cache_size)
         recurrence = {
             # (a work-item's tile is G x NB vectors, whatever their width: no tile limit)
             "REC_VW": vw, "REC_VW_F64": vwd, "REC_NB": 4, "REC_KS": 1, "REC_TILE_MAX": 0,

@@ -187,9 +187,30 @@ def test_whole_sequence_kernels_stay_within_the_level_2_cache():
             "REC_SEQ_MAX_BYTES"] == expected
 
 
+def test_last_level_cache_from_the_host_where_the_runtime_reports_level_2():
+    """Intel's CPU runtime reports its level 2 as the global cache (2 MiB on a Xeon with a
+    300 MiB last level); the host's own last level (sysfs) stands in, so both runtimes of one
+    CPU derive the same whole-sequence and 16-bit-pack limits; a device that reports nothing
+    keeps the rules' unknown-cache values."""
+    pocl = dataclasses.replace(AVX512_CPU, global_mem_cache_size=300 << 20,
+                               core_cache_size=2 << 20, last_cache_size=300 << 20)
+    intel = dataclasses.replace(INTEL_CPU_RT, native_vector_width_float=16,
+                                native_vector_width_double=8, global_mem_cache_size=2 << 20,
+                                core_cache_size=2 << 20, last_cache_size=300 << 20)
+    keys = ("REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES", "REC_PACK16_BYTES")
+    got = [tuning.derive(i, profile_for(i))["recurrence"] for i in (pocl, intel)]
+    assert [g["REC_SEQ_MAX_BYTES"] for g in got] == [2 << 20, 2 << 20]
+    assert got[1]["REC_SEQ_STREAM_BYTES"] == 300 << 20
+    assert got[1]["REC_PACK16_BYTES"] == 75 << 20
+    # without the host's figure: the runtime's (level 2) as before
+    alone = tuning.derive(dataclasses.replace(intel, last_cache_size=0),
+                          profile_for(intel))["recurrence"]
+    assert [alone[k] for k in keys] == [256 << 10, 2 << 20, 512 << 10]
+
+
 def test_host_core_cache_size_reads_sysfs(tmp_path):
-    """Level 2 of cpu0, whole (the weight it holds is the same data for every CPU sharing it);
-    0 where sysfs does not say."""
+    """Level 2 of cpu0, whole (the weight it holds is the same data for every CPU sharing it),
+    and its last level; 0 where sysfs does not say."""
     def cache(index, level, kind, size, shared):
         d = tmp_path / "cache" / f"index{index}"
         d.mkdir(parents=True)
@@ -203,6 +224,9 @@ def test_host_core_cache_size_reads_sysfs(tmp_path):
     cache(3, "3", "Unified", "307200K", "0-127")
     assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 2 << 20
     assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "nowhere")) == 0
+    # the last level: the highest level's size
+    assert info_module.host_last_cache_size.__wrapped__(str(tmp_path / "cache")) == 300 << 20
+    assert info_module.host_last_cache_size.__wrapped__(str(tmp_path / "nowhere")) == 0
     (tmp_path / "cache" / "index2" / "size").write_text("lots\n")
     assert info_module.host_core_cache_size.__wrapped__(str(tmp_path / "cache")) == 0
 

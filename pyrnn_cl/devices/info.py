@@ -72,6 +72,10 @@ class DeviceInfo:
     #: level as the global cache, Intel's runtime the level 2. 0 when unknown (not a CPU
     #: device, no sysfs).
     core_cache_size: int = 0
+    #: bytes of the last-level cache of a CPU device's host (sysfs: ``cpu0``'s highest level,
+    #: data or unified), which Intel's runtime does not report (its global cache is the level
+    #: 2). 0 when unknown (not a CPU device, no sysfs).
+    last_cache_size: int = 0
     #: lock-step width the device reports (NVIDIA warp, AMD wavefront, Intel sub-group sizes)
     simd_widths: tuple[int, ...] = ()
     #: 32-bit registers per work-group (NVIDIA's CL_DEVICE_REGISTERS_PER_BLOCK_NV)
@@ -158,6 +162,7 @@ class DeviceInfo:
             global_mem_cache_size=query(lambda: int(cl_device.global_mem_cache_size), 0),
             global_mem_cacheline_size=query(lambda: int(cl_device.global_mem_cacheline_size), 0),
             core_cache_size=host_core_cache_size() if type_bits & cl.device_type.CPU else 0,
+            last_cache_size=host_last_cache_size() if type_bits & cl.device_type.CPU else 0,
             simd_widths=_simd_widths(cl_device, query),
             # a vendor query: not a member of pyopencl's device_info enum
             registers_per_group=query(
@@ -192,20 +197,34 @@ def _simd_widths(cl_device, query) -> tuple[int, ...]:
     return ()
 
 
+def _host_cache_sizes(root: str) -> dict[int, int]:
+    """``{level: bytes}`` of ``cpu0``'s data or unified caches under the sysfs directory
+    ``root``; empty where sysfs does not say (not Linux, a container without it, an unexpected
+    format)."""
+    sizes: dict[int, int] = {}
+    try:
+        for index in sorted(pathlib.Path(root).glob("index*")):
+            if (index / "type").read_text().strip() not in ("Unified", "Data"):
+                continue
+            sizes[int((index / "level").read_text())] = _parse_size((index / "size").read_text())
+    except (OSError, ValueError):
+        return {}
+    return sizes
+
+
 @functools.cache
 def host_core_cache_size(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """Bytes of the host's level-2 cache (``cpu0``'s, data or unified); 0 where sysfs does not
-    say (not Linux, a container without it, an unexpected format)."""
-    try:
-        for index in sorted(pathlib.Path(root).glob("index*")):
-            if (index / "level").read_text().strip() != "2":
-                continue
-            if (index / "type").read_text().strip() not in ("Unified", "Data"):
-                continue
-            return _parse_size((index / "size").read_text())
-    except (OSError, ValueError):
-        pass
-    return 0
+    say."""
+    return _host_cache_sizes(root).get(2, 0)
+
+
+@functools.cache
+def host_last_cache_size(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the host's last-level cache (``cpu0``'s highest level, data or unified); 0
+    where sysfs does not say."""
+    sizes = _host_cache_sizes(root)
+    return sizes[max(sizes)] if sizes else 0
 
 
 def _parse_size(text: str) -> int:
