@@ -312,6 +312,34 @@ def test_whole_sequence_forward_results_are_the_float32_results_rounded(
         _same_bits(g, w.astype(dtype))
 
 
+@pytest.mark.oclgrind
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_whole_sequence_forward_tiles_below_the_backward_rows(device, monkeypatch, dtype):
+    """A 16-bit whole-sequence forward widens its bias into one copy per batch-row group
+    (``xb_sg`` apart): with forward tiles of 2 rows and backward tiles of 4 (REC_ACC_MAX = 8,
+    an LSTM's tiles on AVX2) the copies follow the forward's groups. Its results are the
+    float32 call's, rounded."""
+    from helpers.device import override_tuning
+    from pyrnn_cl.mps import _cell
+    from pyrnn_cl.plan import LayerPlan
+
+    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20, REC_NB=4, REC_ACC_MAX=8)
+    desc = rc.LSTMDescriptor(training=True, bidirectional=True)
+    shape = S.Shape("rows", T=3, N=7, I=5, H=4)
+    plan = LayerPlan.for_device(_cell("lstm", desc), np.float32, device.tuning("recurrence"),
+                                device.info.compute_units, T=shape.T, N=shape.N, H=shape.H,
+                                D=2)
+    assert plan.fused and (plan.fwd_nb, plan.nb) == (2, 4)
+    inputs = S.layer_inputs("lstm", shape, bidirectional=True,
+                            present=("input_weight", "bias", "init_state", "init_cell"))
+    a = rounded(inputs, dtype)
+    got = rc.lstm(**a, descriptor=desc, device=device)
+    wide = rc.lstm(**{k: v.astype(np.float32) for k, v in a.items()}, descriptor=desc,
+                   device=device)
+    for g, w in zip(got, wide):
+        _same_bits(g, w.astype(dtype))
+
+
 @pytest.mark.parametrize("dtype", STORAGE)
 @pytest.mark.parametrize("kind, desc, present, chunk_rows, whole", [
     ("lstm", rc.LSTMDescriptor(bidirectional=True),
