@@ -108,54 +108,48 @@ def test_reference_shapes(device, kind, shape):
     check_against_reference(device, kind, desc, inputs)
 
 
+def _check_tiles(device, monkeypatch, kind, per_step, acc_max, seed):
+    """A bidirectional layer of ``kind`` over N = 19 rows (ragged tiles) with REC_NB = 4 and
+    ``acc_max`` (REC_ACC_MAX), whole-sequence or ``per_step``, against the float64 reference;
+    returns its plan."""
+    from pyrnn_cl.mps import _cell
+    from pyrnn_cl.plan import LayerPlan
+
+    needs_fp64(device)
+    values = {"REC_NB": 4, "REC_ACC_MAX": acc_max}
+    if per_step:
+        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
+    override_tuning(device, monkeypatch, **values)
+    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
+    shape = S.Shape("tiles", T=4, N=19, I=3, H=9)
+    plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
+                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
+                                H=shape.H, D=2)
+    # (a GRU resetting before its product runs two kernels per step, never whole-sequence)
+    assert plan.fused == (not per_step and not plan.cell.two_phase)
+    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=seed)
+    check_against_reference(device, kind, desc, inputs)
+    return plan
+
+
 @pytest.mark.parametrize("per_step", [False, True], ids=["whole-sequence", "per-step"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_reference_wide_batch_tiles(device, kind, per_step, monkeypatch):
     """Tiles of 8 and 16 batch rows (REC_ACC_MAX = 24 from REC_NB = 4: a GRU 8, the vanilla
     cell 16, an LSTM 4), ragged over N = 19 rows, bidirectional, in the whole-sequence and the
     per-step kernels."""
-    from pyrnn_cl.mps import _cell
-    from pyrnn_cl.plan import LayerPlan
-
-    needs_fp64(device)
-    values = {"REC_NB": 4, "REC_ACC_MAX": 24}
-    if per_step:
-        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
-    override_tuning(device, monkeypatch, **values)
-    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
-    shape = S.Shape("wide_tiles", T=4, N=19, I=3, H=9)
-    plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
-                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
-                                H=shape.H, D=2)
-    assert plan.nb == {"lstm": 4, "gru": 8, "rnn": 16}[kind]
-    # (a GRU resetting before its product runs two kernels per step, never whole-sequence)
-    assert plan.fused == (not per_step and not plan.cell.two_phase)
-    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=4)
-    check_against_reference(device, kind, desc, inputs)
+    plan = _check_tiles(device, monkeypatch, kind, per_step, 24, seed=4)
+    assert plan.nb == plan.fwd_nb == {"lstm": 4, "gru": 8, "rnn": 16}[kind]
 
 
-@pytest.mark.parametrize("per_step", [False, True], ids=["whole", "steps"])
+@pytest.mark.parametrize("per_step", [False, True], ids=["whole-sequence", "per-step"])
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_reference_forward_rows_below_the_backward_rows(device, kind, per_step, monkeypatch):
     """Forward tiles of fewer batch rows than the backward's (REC_ACC_MAX = 8 below REC_NB = 4:
     forward 2 rows, backward 4), ragged over N = 19 rows, bidirectional, in the whole-sequence
     and the per-step kernels: the backward reads what the forward's tiles saved."""
-    from pyrnn_cl.mps import _cell
-    from pyrnn_cl.plan import LayerPlan
-
-    needs_fp64(device)
-    values = {"REC_NB": 4, "REC_ACC_MAX": 8}
-    if per_step:
-        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
-    override_tuning(device, monkeypatch, **values)
-    desc = desc_of(kind, bidirectional=True, **default_flags(kind))
-    shape = S.Shape("forward_rows", T=4, N=19, I=3, H=9)
-    plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
-                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
-                                H=shape.H, D=2)
+    plan = _check_tiles(device, monkeypatch, kind, per_step, 8, seed=5)
     assert (plan.fwd_nb, plan.nb) == (2, 4)
-    inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=5)
-    check_against_reference(device, kind, desc, inputs)
 
 
 @pytest.mark.parametrize("direction", ["rev", "bidi"])

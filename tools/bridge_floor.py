@@ -24,31 +24,19 @@ import argparse
 import time
 
 import numpy as np
+import pyopencl.array as cla
 
 
 def _measure(shape: str, device, rounds: int) -> None:
-    import pyopencl.array as cla
     import torch
+    from bridge_prepare_ab import setup
 
     import pyrnn_cl as rc
-    import pyrnn_cl.torch as rt
     from pyrnn_cl._arrays import read_host, shares_host_memory, wrap_host
-    from pyrnn_cl.bench.configs import _shape_config
 
-    q = device.queue
-    cfg = _shape_config(shape)
-    H, I, N, T = cfg.H, cfg.I, cfg.N, cfg.T
-    mode = {"lstm": "lstm", "gru": "gru"}.get(cfg.cell, "rnn_relu")
-    m = {"lstm": rt.LSTM, "gru": rt.GRU}[mode](I, H, cl_device=device) if mode != "rnn_relu" \
-        else rt.RNN(I, H, nonlinearity="relu", cl_device=device)
-    params = list(m.parameters())
-    x, dy = torch.randn(T, N, I), torch.randn(T, N, H)
-    size = rc.cudnn_rnn_params_size(1, H, I, rnn_mode=mode)
-    pd = cla.to_device(q, (0.05 * np.random.default_rng(0).standard_normal(size))
-                       .astype(np.float32))
-    xd, dyd = cla.to_device(q, x.numpy()), cla.to_device(q, dy.numpy())
-    h0 = cla.zeros(q, (1, N, H), np.float32)
-    c0 = cla.zeros(q, (1, N, H), np.float32) if mode == "lstm" else None
+    c = setup(shape, device)
+    q, mode, m, params, x, dy = device.queue, c.mode, c.m, c.params, c.x, c.dy
+    pd, h0, c0 = c.pd, c.h0, c.c0
     in_place = shares_host_memory(device)
 
     def host_array(t):
@@ -74,12 +62,6 @@ def _measure(shape: str, device, rounds: int) -> None:
             gx, _ = read_host(q, [(dx, 0, dx.shape), (dp, 0, dp.shape)], in_place)
             return (torch.from_numpy(gx),) + (None,) * len(params)
 
-    def arrays():
-        y, hn, cn, res, host = rc.cudnn_rnn(xd, h0, c0, pd, rnn_mode=mode, device=device)
-        rc.cudnn_rnn_backprop(xd, h0, c0, pd, None, None, None, None, dyd, None, None, res, host,
-                              rnn_mode=mode, device=device)
-        q.finish()
-
     def bridge():
         xx = x.detach().requires_grad_(True)
         torch.autograd.grad(m(xx)[0], [xx, *params], dy)
@@ -88,7 +70,7 @@ def _measure(shape: str, device, rounds: int) -> None:
         xx = x.detach().requires_grad_(True)
         torch.autograd.grad(Floor.apply(xx, *params), [xx], dy)
 
-    sides = {"arrays": arrays, "bridge": bridge, "floor": floor}
+    sides = {"arrays": c.arrays, "bridge": bridge, "floor": floor}
     times: dict = {k: [] for k in sides}
     names = list(sides)
     for r in range(rounds + 3):

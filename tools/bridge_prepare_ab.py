@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import time
+import types
 
 import numpy as np
 
 
-def _measure(shape: str, device, rounds: int) -> None:
-    """Print the medians of ``rounds`` interleaved rounds at ``shape`` (CELL:HxIxNxT)."""
+def setup(shape: str, device) -> types.SimpleNamespace:
+    """The bench's bridge comparison at ``shape`` (CELL:HxIxNxT) on ``device``: ``m``, a
+    ``pyrnn_cl.torch`` module (``params`` its parameters), CPU tensors ``x`` and ``dy``, the
+    same sizes as device arrays (``xd``, ``dyd``, flat params ``pd``, zero ``h0``/``c0``) with
+    ``mode`` (the cuDNN dialect's ``rnn_mode``), and ``arrays()``: the cuDNN-dialect forward and
+    backward on them, results left on the device (the baseline)."""
     import pyopencl.array as cla
     import torch
 
@@ -33,7 +38,6 @@ def _measure(shape: str, device, rounds: int) -> None:
     mode = {"lstm": "lstm", "gru": "gru"}.get(cfg.cell, "rnn_relu")
     m = {"lstm": rt.LSTM, "gru": rt.GRU}[mode](I, H, cl_device=device) if mode != "rnn_relu" \
         else rt.RNN(I, H, nonlinearity="relu", cl_device=device)
-    params = list(m.parameters())
     x, dy = torch.randn(T, N, I), torch.randn(T, N, H)
     size = rc.cudnn_rnn_params_size(1, H, I, rnn_mode=mode)
     pd = cla.to_device(queue, (0.05 * np.random.default_rng(0).standard_normal(size))
@@ -43,11 +47,27 @@ def _measure(shape: str, device, rounds: int) -> None:
     c0 = cla.zeros(queue, (1, N, H), np.float32) if mode == "lstm" else None
 
     def arrays():
-        t0 = time.perf_counter()
         y, hn, cn, res, host = rc.cudnn_rnn(xd, h0, c0, pd, rnn_mode=mode, device=device)
         rc.cudnn_rnn_backprop(xd, h0, c0, pd, None, None, None, None, dyd, None, None, res, host,
                               rnn_mode=mode, device=device)
         queue.finish()
+
+    return types.SimpleNamespace(mode=mode, m=m, params=list(m.parameters()), x=x, dy=dy,
+                                 pd=pd, xd=xd, dyd=dyd, h0=h0, c0=c0, arrays=arrays)
+
+
+def _measure(shape: str, device, rounds: int) -> None:
+    """Print the medians of ``rounds`` interleaved rounds at ``shape`` (CELL:HxIxNxT)."""
+    import torch
+
+    import pyrnn_cl.torch as rt
+
+    c = setup(shape, device)
+    m, params, x, dy = c.m, c.params, c.x, c.dy
+
+    def arrays():
+        t0 = time.perf_counter()
+        c.arrays()
         return 0.0, time.perf_counter() - t0
 
     def bridge(prepared):
