@@ -20,7 +20,6 @@ target, no bridge reaches it on that device and shape.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -84,20 +83,7 @@ def _measure(shape: str, device, rounds: int) -> None:
                                    for k, v in times.items()))
 
 
-def main(argv=None) -> int:
-    from pyrnn_cl.devices import get_device
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("shapes", nargs="+")
-    p.add_argument("--device", default=None)
-    p.add_argument("--rounds", type=int, default=60)
-    args = p.parse_args(argv)
-    device = get_device(args.device)
-    print(f"device: {device.info.name} ({device.info.platform_name})")
-    for shape in args.shapes:
-        _measure(shape, device, args.rounds)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bridge_prepare_ab import shape_main
+
+    raise SystemExit(shape_main(__doc__, _measure))

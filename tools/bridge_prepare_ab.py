@@ -99,10 +99,12 @@ def _measure(shape: str, device, rounds: int) -> None:
               f"ms, f+b {fb * 1e3:.3f} ms, ratio {base / fb:.3f}")
 
 
-def main(argv=None) -> int:
+def shape_main(doc: str, measure, argv=None) -> int:
+    """The command line of these bridge tools: SHAPE ... [--device SPEC] [--rounds N], then
+    ``measure(shape, device, rounds)`` per shape (``doc``: the tool's docstring)."""
     from pyrnn_cl.devices import get_device
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("shapes", nargs="+")
     p.add_argument("--device", default=None)
     p.add_argument("--rounds", type=int, default=60)
@@ -110,9 +112,9 @@ def main(argv=None) -> int:
     device = get_device(args.device)
     print(f"device: {device.info.name} ({device.info.platform_name})")
     for shape in args.shapes:
-        _measure(shape, device, args.rounds)
+        measure(shape, device, args.rounds)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(shape_main(__doc__, _measure))
