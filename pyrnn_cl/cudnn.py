@@ -498,13 +498,15 @@ class _Net:
         the reserve parts ``into``; ``bw``: its input bias (:meth:`biases`). Where the engine
         computes ``x W_l^T + bW`` inside its whole-sequence kernel (small layers: no GEMM
         launch, no gx round trip) it reads ``W_l`` in ``params`` in place; otherwise
-        :meth:`input_gates` runs first."""
+        :meth:`input_gates` runs first. An inference forward stores no saved gates."""
         lay = self.lay
+        dropped = () if self.training else ("sav",)
         if lay.has_w(l) and rec.projects_in_kernel(lay.in_size(l)):
             w = engine.Target(params, lay.off_w(l, 0), lay.pseudo_size(l))
-            return rec.forward(None, layer, x=x, w=w, xb=bw, into=into)
+            return rec.forward(None, layer, x=x, w=w, xb=bw, into=into, dropped=dropped)
         sav = into.sav if into.sav is not None and into.sav.dtype == self.dt else None
-        return rec.forward(self.input_gates(params, l, x, bw, sav), layer, into=into)
+        return rec.forward(self.input_gates(params, l, x, bw, sav), layer, into=into,
+                           dropped=dropped)
 
     def recurrence(self):
         return Recurrence.cached(self.dev, self.dt, _cell(self.lay.mode), T=self.T, N=self.N,

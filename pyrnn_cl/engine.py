@@ -603,7 +603,9 @@ class Recurrence:
         :meth:`projects_in_kernel` holds.
         ``dropped``: results among ``"sav"`` and ``"cs"`` the caller does not keep (e.g. an
         inference forward's saved gates): their memory comes from the pool instead of fresh
-        pages on every call.
+        pages on every call, and dropped saved gates of a single-phase cell are not stored at
+        all (``keep_sav`` in ``cl/recurrence.cl``: ``sav`` then holds what the steps read, not
+        the gates).
 
         A 16-bit call (the layer's weights of a 16-bit storage dtype) converts in the
         whole-sequence kernel where it runs with the input product inside (``widen_inputs``
@@ -689,7 +691,7 @@ class Recurrence:
                     peep=self._or_dummy(layer.peep), y=y.base_data, cs=self._or_dummy(cs),
                     hs=self._or_dummy(hs), **_state_args("h0", h0), **_state_args("c0", c0),
                     mask=self._or_dummy(layer.mask), lens=lens_arg, clip=dt.type(self.clip),
-                    **xargs)
+                    keep_sav=_I32("sav" not in dropped or self.cell.two_phase), **xargs)
         # the steps narrow as they store: the whole-sequence kernel, or the step kernel where
         # it stores every result (not a two-phase cell's y, nor a projection's)
         narrows = (self._whole_sequence(prog, "pyrnn_fwd_seq")

@@ -606,3 +606,39 @@ def test_results_an_inference_forward_drops_come_from_the_pool(device, monkeypat
     want = M.lstm(**a, descriptor=rc.LSTMDescriptor(training=training))
     assert len(got) == len(want) == (3 if training else 1)
     assert_close(got[0], want[0], np.float32, "lstm forward h")
+
+
+@pytest.mark.parametrize("per_step", [False, True], ids=["whole-sequence", "per-step"])
+@pytest.mark.parametrize("kind", ["lstm", "gru-after", "gru-before"])
+def test_inference_forward_stores_no_saved_gates(device, monkeypatch, kind, per_step):
+    """A forward whose caller drops the saved gates (an inference call) does not store them:
+    ``gx`` keeps the input projection the steps read, and y and c are those of a forward that
+    stores them, N = 5 in tiles of 4 rows (a padded tile). A two-phase cell (a GRU resetting
+    before its product), whose second kernel reads them, still stores them."""
+    from pyrnn_cl.cells import ACTIVATIONS as A
+
+    if per_step:
+        override_tuning(device, monkeypatch, **PER_STEP)
+    sig, tanh = A["sigmoid"], A["tanh"]
+    spec = {"lstm": CellSpec("lstm", (0, 1, 2, 3), (sig, sig, tanh, sig)),
+            "gru-after": CellSpec("gru", (1, 0, 2), (sig, sig, tanh), reset_after=True),
+            "gru-before": CellSpec("gru", (0, 1, 2), (sig, sig, tanh), reset_after=False)}[kind]
+    q, dt = device.queue, np.float32
+    T, N, H = 4, 5, 8
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal((T, N, spec.G * H)).astype(dt)
+    R = cla.to_device(q, (0.3 * rng.standard_normal((spec.G * H, H))).astype(dt))
+    h0 = engine.StateView(cla.to_device(q, rng.standard_normal((N, H)).astype(dt)), H, H)
+    c0 = (engine.StateView(cla.to_device(q, rng.standard_normal((N, H)).astype(dt)), H, H)
+          if spec.has_c else None)
+    rec = engine.Recurrence(device, dt, spec, T=T, N=N, H=H)
+    assert rec.fused == (not per_step and not spec.two_phase)
+    layer = engine.LayerInputs(R, h0, c0=c0)
+    kept, dropped = cla.to_device(q, g), cla.to_device(q, g)
+    a = rec.forward(kept, layer)
+    b = rec.forward(dropped, layer, dropped=("sav",))
+    assert np.array_equal(a.y.get(), b.y.get())
+    if spec.has_c:
+        assert np.array_equal(a.cs.get(), b.cs.get())
+    assert not np.array_equal(kept.get(), g)                  # the saved gates
+    assert np.array_equal(dropped.get(), g) != spec.two_phase
