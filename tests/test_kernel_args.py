@@ -15,8 +15,9 @@ def test_step_kernels_have_their_step_argument_by_name():
     assert sigs["pyrnn_fwd_seq"].position("steps") == sigs["pyrnn_fwd"].position("s") == 5
     assert sigs["pyrnn_bwd_seq"].position("s_last") == sigs["pyrnn_bwd"].position("s")
     # FWD_PARAMS / BWD_PARAMS (and CHUNK_PARAMS inside it) expanded
-    assert sigs["pyrnn_fwd"].names[-13:-5] == ("xs", "xs_sd", "wpk", "xb", "xb_off", "xb_sd",
+    assert sigs["pyrnn_fwd"].names[-14:-6] == ("xs", "xs_sd", "wpk", "xb", "xb_off", "xb_sd",
                                                 "xb_sg", "I")
+    assert sigs["pyrnn_fwd"].names[-1] == sigs["pyrnn_fwd_seq"].names[-6] == "keep_sav"
     assert sigs["pyrnn_bwd"].names[-4:] == ("s_lo", "s_hi", "ring", "gring")
     assert len(set(sigs["pyrnn_bwd"].names)) == len(sigs["pyrnn_bwd"].names) == 52
 
