@@ -430,7 +430,7 @@ class Recurrence:
         """The engine program of this layer's cell, flags and ``extra`` defines (memoized per
         layer: a forward asks for it up to four times, each lookup ~15 us of host time). Its
         tiles have the forward's batch rows unless ``extra`` sets ``REC_NB`` (the backward's);
-        launches take the rows from the program (:meth:`_rows`)."""
+        launches take the rows from the program (:meth:`_row_groups`)."""
         key = tuple(sorted(extra.items()))
         prog = self._programs.get(key)
         if prog is None:
@@ -469,18 +469,17 @@ class Recurrence:
     def _or_dummy(self, a):
         return self._dummy.base_data if a is None else a.base_data
 
-    @staticmethod
-    def _rows(prog) -> int:
-        """The batch rows of a tile of ``prog``'s kernels (its ``REC_NB``)."""
-        return int(prog.defines["REC_NB"])
+    def _row_groups(self, prog) -> int:
+        """The groups of batch rows the N rows make in tiles of ``prog``'s kernels (its
+        ``REC_NB`` rows each: the forward's or the backward's)."""
+        return -(-self.N // int(prog.defines["REC_NB"]))
 
-    def _step_grid(self, width, rows):
+    def _step_grid(self, width, groups):
         """``(global, local)`` of a step kernel over ``width`` units: dimension 0 runs over
-        groups of ``rows`` batch rows, dimension 1 over vectors of ``vw`` units of every
-        direction. Work-items of one group share the weight slab of their units. With
-        ``ks`` > 1 each tile is a work-group of ``ks`` work-items along dimension 0 that split
-        its products (``REC_KS`` in ``cl/recurrence.cl``)."""
-        groups = (self.N + rows - 1) // rows
+        the ``groups`` of batch rows (:meth:`_row_groups`), dimension 1 over vectors of ``vw``
+        units of every direction. Work-items of one group share the weight slab of their
+        units. With ``ks`` > 1 each tile is a work-group of ``ks`` work-items along dimension 0
+        that split its products (``REC_KS`` in ``cl/recurrence.cl``)."""
         grid = (groups * self.ks, self.D * (width // self.vw))
         if self.ks > 1:
             return grid, (self.ks, 1)
@@ -503,7 +502,7 @@ class Recurrence:
             return False
         knl = prog.kernel(name)
         _sig(name).set(knl, **args)
-        grid, _ = self._step_grid(self.H, self._rows(prog))
+        grid, _ = self._step_grid(self.H, self._row_groups(prog))
         enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
@@ -513,7 +512,7 @@ class Recurrence:
         ``width`` units."""
         knl, sig = prog.kernel(name), _sig(name)
         sig.set(knl, s=_I32(0), **args)
-        return knl, sig.position("s"), self._step_grid(width, self._rows(prog))
+        return knl, sig.position("s"), self._step_grid(width, self._row_groups(prog))
 
     def _run_steps(self, kernels, steps):
         """Enqueue ``kernels`` (list of :meth:`_step_kernel`'s triples) for every step in
@@ -683,7 +682,8 @@ class Recurrence:
                          **_bias_args(bias, G * H, self._dummy, "xb"), xb_sg=_I64(0),
                          I=_I32(I))
             if inputs16:
-                h0, c0, xargs, seq16 = self._inputs16_args(inputs16, h0, c0, xargs, I)
+                h0, c0, xargs, seq16 = self._inputs16_args(inputs16, h0, c0, xargs, I,
+                                                           self._row_groups(prog))
         base = dict(T=_I32(T), N=_I32(N), H=_I32(H), rev_mask=_I32(self.rev_mask))
         lens_arg = self._or_dummy(lens)
         args = dict(base, K=_I32(K), gx=gx.base_data, rpk=rpk.base_data,
@@ -754,10 +754,11 @@ class Recurrence:
         return (wide.get("x", x), wide.get("xb", xb),
                 dataclasses.replace(layer, **states) if states else layer)
 
-    def _inputs16_args(self, inputs16, h0: StateView, c0: StateView, xargs, I):
+    def _inputs16_args(self, inputs16, h0: StateView, c0: StateView, xargs, I, groups):
         """``(h0, c0, xargs, seq16)``: the float32 buffers the whole-sequence kernel widens
         the 16-bit ``inputs16`` into (pooled; the source one per direction, the bias one per
-        batch-row group, the states in their own layout) in place of ``h0``, ``c0`` and
+        batch-row group of the launching program, ``groups`` of them, the states in their own
+        layout) in place of ``h0``, ``c0`` and
         ``xargs``' source and bias, and ``pyrnn_fwd_seq``'s 16-bit input arguments."""
         T, N, D, GH = self.T, self.N, self.D, self.G * self.H
         seq16 = self._bit_args("in16", _WIDEN_BITS, inputs16)
@@ -766,7 +767,6 @@ class Recurrence:
             xargs.update(xs=temporary(self.device, (D * T * N * I,), self.dtype).base_data,
                          xs_sd=_I64(T * N * I))
         if "xb" in inputs16:
-            groups = (N + self.fwd_nb - 1) // self.fwd_nb
             xargs.update(xb=temporary(self.device, (groups * D * GH,), self.dtype).base_data,
                          xb_off=_I64(0), xb_sd=_I64(GH), xb_sg=_I64(D * GH))
         if "h0" in inputs16:

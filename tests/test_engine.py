@@ -615,14 +615,11 @@ def test_inference_forward_stores_no_saved_gates(device, monkeypatch, kind, per_
     ``gx`` keeps the input projection the steps read, and y and c are those of a forward that
     stores them, N = 5 in tiles of 4 rows (a padded tile). A two-phase cell (a GRU resetting
     before its product), whose second kernel reads them, still stores them."""
-    from pyrnn_cl.cells import ACTIVATIONS as A
-
     if per_step:
         override_tuning(device, monkeypatch, **PER_STEP)
-    sig, tanh = A["sigmoid"], A["tanh"]
-    spec = {"lstm": CellSpec("lstm", (0, 1, 2, 3), (sig, sig, tanh, sig)),
-            "gru-after": CellSpec("gru", (1, 0, 2), (sig, sig, tanh), reset_after=True),
-            "gru-before": CellSpec("gru", (0, 1, 2), (sig, sig, tanh), reset_after=False)}[kind]
+    cell = kind.split("-")[0]
+    flags = {"gru-after": {"reset_after": True}, "gru-before": {"reset_after": False}}
+    spec = _cell_spec(cell, desc_of(cell, **flags.get(kind, {})))
     q, dt = device.queue, np.float32
     T, N, H = 4, 5, 8
     rng = np.random.default_rng(11)
