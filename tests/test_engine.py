@@ -27,7 +27,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
-from helpers.device import PER_STEP, needs_fp64, override_tuning
+from helpers.device import PER_STEP, WHOLE_SEQUENCE, needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
 from pyrnn_cl import engine, plan
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
@@ -615,8 +615,7 @@ def test_inference_forward_stores_no_saved_gates(device, monkeypatch, kind, per_
     ``gx`` keeps the input projection the steps read, and y and c are those of a forward that
     stores them, N = 5 in tiles of 4 rows (a padded tile). A two-phase cell (a GRU resetting
     before its product), whose second kernel reads them, still stores them."""
-    if per_step:
-        override_tuning(device, monkeypatch, **PER_STEP)
+    override_tuning(device, monkeypatch, **(PER_STEP if per_step else WHOLE_SEQUENCE))
     cell = kind.split("-")[0]
     flags = {"gru-after": {"reset_after": True}, "gru-before": {"reset_after": False}}
     spec = _cell_spec(cell, desc_of(cell, **flags.get(kind, {})))

@@ -319,11 +319,11 @@ def test_whole_sequence_forward_tiles_below_the_backward_rows(device, monkeypatc
     (``xb_sg`` apart): with forward tiles of 2 rows and backward tiles of 4 (REC_ACC_MAX = 8,
     an LSTM's tiles on AVX2) the copies follow the forward's groups. Its results are the
     float32 call's, rounded."""
-    from helpers.device import override_tuning
+    from helpers.device import ONE_LANE, WHOLE_SEQUENCE, override_tuning
     from pyrnn_cl.mps import _cell
     from pyrnn_cl.plan import LayerPlan
 
-    override_tuning(device, monkeypatch, REC_SEQ_BYTES=1 << 20, REC_NB=4, REC_ACC_MAX=8)
+    override_tuning(device, monkeypatch, REC_NB=4, REC_ACC_MAX=8, **ONE_LANE, **WHOLE_SEQUENCE)
     desc = rc.LSTMDescriptor(training=True, bidirectional=True)
     shape = S.Shape("rows", T=3, N=7, I=5, H=4)
     plan = LayerPlan.for_device(_cell("lstm", desc), np.float32, device.tuning("recurrence"),

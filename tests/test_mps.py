@@ -38,7 +38,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import shapes as S
 from helpers.compare import F32, F64, FD_TOL, MAX_ERR, assert_close
-from helpers.device import needs_fp64, override_tuning
+from helpers.device import ONE_LANE, PER_STEP, WHOLE_SEQUENCE, needs_fp64, override_tuning
 from helpers.mps import (
     ACTS,
     GRU_MATRIX,
@@ -116,15 +116,16 @@ def _check_tiles(device, monkeypatch, kind, per_step, acc_max, seed):
     from pyrnn_cl.plan import LayerPlan
 
     needs_fp64(device)
-    values = {"REC_NB": 4, "REC_ACC_MAX": acc_max}
-    if per_step:
-        values.update(REC_SEQ_BYTES=0, REC_SEQ_MAX_BYTES=0)
-    override_tuning(device, monkeypatch, **values)
+    override_tuning(device, monkeypatch, REC_NB=4, REC_ACC_MAX=acc_max, **ONE_LANE,
+                    **(PER_STEP if per_step else WHOLE_SEQUENCE))
+    # wide whole-sequence tiles are taken only where every compute unit keeps a work-group
+    # (2 x 3 groups here): a GPU's 132 units would keep REC_NB rows
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, compute_units=1))
     desc = desc_of(kind, bidirectional=True, **default_flags(kind))
     shape = S.Shape("tiles", T=4, N=19, I=3, H=9)
     plan = LayerPlan.for_device(_cell(kind, desc), np.float64,
-                                device.tuning("recurrence"), 1, T=shape.T, N=shape.N,
-                                H=shape.H, D=2)
+                                device.tuning("recurrence"), device.info.compute_units,
+                                T=shape.T, N=shape.N, H=shape.H, D=2)
     # (a GRU resetting before its product runs two kernels per step, never whole-sequence)
     assert plan.fused == (not per_step and not plan.cell.two_phase)
     inputs = S.layer_inputs(kind, shape, bidirectional=True, seed=seed)

@@ -17,6 +17,14 @@ def needs_fp64(device) -> None:
 #: products split over REC_KS work-items set these too
 PER_STEP = {"REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0}
 
+#: recurrence values that put a small layer (one direction's R up to 1 MiB) on the
+#: whole-sequence kernels, on any device (a GPU derives REC_SEQ_BYTES = 0)
+WHOLE_SEQUENCE = {"REC_SEQ_BYTES": 1 << 20}
+
+#: recurrence values of one work-item per tile (a CPU's layout): the tile rules of
+#: REC_ACC_MAX apply only there, so tests of those tiles set this on a GPU too
+ONE_LANE = {"REC_KS": 1}
+
 
 def override_tuning(device, monkeypatch, family="recurrence", **values):
     """Make ``device.tuning(family)`` return its profile's values updated by ``values`` for the
