@@ -179,15 +179,16 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
     looks = []
 
     # (sleeps of tens of ms: on a loaded 2-core machine a 1 ms sleep overshot enough to hide
-    # the gain)
+    # the gain, and with 16 test processes on 16 cores 20 ms sleeps overshot the 10 % loss
+    # margin, 2 ms, in the second look)
     def workload(i):
         def run():
-            t = 0.02
+            t = 0.05
             if device.tuning("recurrence")[name] == good:
-                t = 0.005 if i == 0 else 0.02
+                t = 0.0125 if i == 0 else 0.05
                 if i == 1:
                     looks.append(1)
-                    t = 0.04 if len(looks) <= 2 else t    # its first warm-up and timed run
+                    t = 0.1 if len(looks) <= 2 else t    # its first warm-up and timed run
             time.sleep(t)
         return tuner.Workload(f"layer {i}", run, lambda: None)
 
