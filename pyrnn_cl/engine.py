@@ -559,7 +559,7 @@ class Recurrence:
         _pack_sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
                                     blk1=blk1, blk2=blk2, blk3=blk3, R=buf, r_off=off,
                                     r_dstride=stride, rpk=packed.base_data)
-        enqueue(self.device.queue, knl, (width // self.vw, G * rows // self.vw, self.D))
+        enqueue(self.device.queue, knl, (width // self.vw, rows // self.vw, self.D))
         return packed
 
     def pack_t(self, weight, rows, cols, name: str = "rt"):
