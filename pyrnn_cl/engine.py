@@ -315,6 +315,10 @@ def _int_arg_setter(knl, index):
 #: How many layers :meth:`Recurrence.cached` keeps per device.
 _LAYER_CACHE_SIZE = 64
 
+#: rows of the transposed pack (``pyrnn_pack_t``) per work-item, about: it takes its chunk from
+#: the launch's size. One row per work-item was mostly work-item overhead on CPUs.
+_PACK_T_ROWS = 16
+
 
 class Recurrence:
     """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
@@ -570,7 +574,7 @@ class Recurrence:
         knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack_t", weight, rows * cols)
         _pack_sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=buf, w_off=off,
                                       w_dstride=stride, wt=packed.base_data)
-        enqueue(self.device.queue, knl, (cols // self.vw, rows, self.D))
+        enqueue(self.device.queue, knl, (cols // self.vw, -(-rows // _PACK_T_ROWS), self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------

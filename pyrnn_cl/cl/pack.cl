@@ -116,15 +116,19 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
 
 /* Transposed pack for the backward reductions: W [D][rows][cols] into wt [D][cols/VW][rows][VW],
  * wt[d][c][r][v] = W[d][r][c*VW + v] (R with rows = G*H in the user's block order; W_proj with
- * rows = P). Global size (cols/VW, rows, D); one vector copied per work-item. */
+ * rows = P). Global size (cols/VW, row chunks, D), the host choosing the chunks: a work-item
+ * copies the vectors of ceil(rows / chunks) consecutive rows (one vector each was mostly
+ * work-item overhead on CPUs). */
 PYRNN_VECTORISED
 __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t *W,
                            const long w_off, const long w_dstride, __global pack_t *wt)
 {
-    const int c = get_global_id(0), r = get_global_id(1), d = get_global_id(2);
-    const long src = w_off + d * w_dstride + (long)r * cols + (long)c * REC_VW;
-    const long dst = (((long)d * (cols / REC_VW) + c) * rows + r) * REC_VW;
-    STORE_PACKV(LOAD_SRCV(W + src), wt + dst);
+    const int c = get_global_id(0), d = get_global_id(2), chunks = (int)get_global_size(1);
+    const int per = (rows + chunks - 1) / chunks, r0 = (int)get_global_id(1) * per;
+    const int rn = min(per, rows - r0);
+    const __global src_t *src = W + w_off + d * w_dstride + (long)r0 * cols + (long)c * REC_VW;
+    __global pack_t *dst = wt + (((long)d * (cols / REC_VW) + c) * rows + r0) * REC_VW;
+    for (int r = 0; r < rn; ++r) STORE_PACKV(LOAD_SRCV(src + (long)r * cols), dst + r * REC_VW);
 }
 
 #endif /* !PACK_S16 || SRC_S16 */
