@@ -61,6 +61,7 @@ from .layout import Saved
 from .plan import PACKS, LayerPlan, _vector_width
 from .programs import Program, enqueue, get_program, launcher
 from .sources import compute_dtype, dtype_code
+from .tuning import cpu_like
 
 __all__ = ["Recurrence", "StateView", "Target", "InputSide", "LayerInputs", "Upstream",
            "GradTargets", "Gradients", "Saved", "input_projection", "util_program", "copy3",
@@ -315,8 +316,10 @@ def _int_arg_setter(knl, index):
 #: How many layers :meth:`Recurrence.cached` keeps per device.
 _LAYER_CACHE_SIZE = 64
 
-#: rows of the transposed pack (``pyrnn_pack_t``) per work-item, about: it takes its chunk from
-#: the launch's size. One row per work-item was mostly work-item overhead on CPUs.
+#: rows of the transposed pack (``pyrnn_pack_t``) per work-item on CPU-like devices, about: it
+#: takes its chunk from the launch's size. One row per work-item was mostly work-item overhead
+#: there (PoCL 1.0-1.8x, Intel 1.1-2.2x faster with 16); a GPU keeps one row per work-item (16
+#: were 0.70-0.99x on an H100).
 _PACK_T_ROWS = 16
 
 
@@ -574,7 +577,8 @@ class Recurrence:
         knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack_t", weight, rows * cols)
         _pack_sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=buf, w_off=off,
                                       w_dstride=stride, wt=packed.base_data)
-        enqueue(self.device.queue, knl, (cols // self.vw, -(-rows // _PACK_T_ROWS), self.D))
+        per = _PACK_T_ROWS if cpu_like(self.device.info, self.device.profile) else 1
+        enqueue(self.device.queue, knl, (cols // self.vw, -(-rows // per), self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------
