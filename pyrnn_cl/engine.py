@@ -316,10 +316,10 @@ def _int_arg_setter(knl, index):
 #: How many layers :meth:`Recurrence.cached` keeps per device.
 _LAYER_CACHE_SIZE = 64
 
-#: rows of the transposed pack (``pyrnn_pack_t``) per work-item on CPU-like devices, about: it
-#: takes its chunk from the launch's size. One row per work-item was mostly work-item overhead
-#: there (PoCL 1.0-1.8x, Intel 1.1-2.2x faster with 16); a GPU keeps one row per work-item (16
-#: were 0.70-0.99x on an H100).
+#: rows of the transposed pack (``pyrnn_pack_t``) per work-item on CPU-like devices: the launch
+#: has ceil(rows / 16) row chunks and the kernel takes ceil(rows / chunks) rows each, the last
+#: chunk fewer. One row per work-item was mostly work-item overhead there (PoCL 1.0-1.8x, Intel
+#: 1.1-2.2x faster with 16); a GPU keeps one row per work-item (16 were 0.70-0.99x on an H100).
 _PACK_T_ROWS = 16
 
 
