@@ -535,23 +535,22 @@ class Recurrence:
     def _pack_kernel(self, name: str, weight: cla.Array | Target, per_dir: int):
         """Kernel ``name`` of ``cl/pack.cl`` for ``weight`` (an array ``[D][...]`` or a
         :class:`Target` inside a larger buffer) compiled for the dtype the weight is stored in
-        (the layer's own program, which includes pack.cl, for the compute dtype; a 16-bit
-        weight is read as it is and packed to float32: no widening pass), and the weight as
-        ``(buffer, element offset, direction stride)``."""
+        (a 16-bit weight is read as it is and packed to float32: no widening pass), and the
+        weight as ``(buffer, element offset, direction stride)``. The pack kernels are a program
+        of their own per (storage dtype, ``REC_VW``, pack dtype), shared by every layer: in each
+        recurrence program (cell x flags x tiles) they were compiled again, by PoCL once per
+        launch size, 36 % of the kernels a cold test suite compiled."""
         w = weight if isinstance(weight, Target) else Target(weight, 0, per_dir)
         storage = np.dtype(w.array.dtype)
         assert compute_dtype(storage) == self.dtype, (storage, self.dtype)
         # (a layer with 16-bit packs is made for weights of that dtype: Recurrence(weights=))
         assert not self.plan.pack16 or storage == self.weights, (storage, self.weights)
-        if storage == self.dtype:
-            prog = self._program()          # (recurrence.cl includes pack.cl)
-        else:
-            prog = self._programs.get(("pack", storage))
-            if prog is None:
-                prog = self._programs[("pack", storage)] = get_program(
-                    self.device, "pack.cl",
-                    {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw,
-                     "PACK_DTYPE": dtype_code(self.pack_dtype)})
+        prog = self._programs.get(("pack", storage))
+        if prog is None:
+            prog = self._programs[("pack", storage)] = get_program(
+                self.device, "pack.cl",
+                {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw,
+                 "PACK_DTYPE": dtype_code(self.pack_dtype)})
         offset = w.offset + w.array.offset // storage.itemsize
         return prog.kernel(name), (w.array.base_data, _I64(offset), _I64(w.stride))
 

@@ -447,7 +447,7 @@ FAMILY_SOURCES: dict[str, tuple[str, ...]] = {
     "gemm": ("gemm.cl",),
     "gemm_f64": ("gemm.cl",),
     "reduce": ("reduce.cl",),
-    "recurrence": ("recurrence.cl", "util.cl", "cells"),
+    "recurrence": ("recurrence.cl", "pack.cl", "util.cl", "cells"),
 }
 
 def family_files(family: str) -> list[Path]:

@@ -13,19 +13,13 @@
  * pack reads a weight where it lies, e.g. inside a cuDNN params buffer (the directions'
  * pseudo-layers apart), without a gathering copy first.
  *
- * recurrence.cl includes this file, so a layer whose weights are in its compute dtype packs with
- * kernels of its own program; a 16-bit weight takes this file built on its own for its storage.
+ * This file is a program of its own (engine.Recurrence._pack_kernel), shared by every layer of a
+ * (storage dtype, REC_VW, PACK_DTYPE); recurrence.cl includes only pack.h.
  */
-#ifndef PYRNN_PACK_CL
-#define PYRNN_PACK_CL
-#include "common.h"
+#include "pack.h"
 
-#ifndef PACK_DTYPE
-#define PACK_DTYPE (PYRNN_DTYPE == 2 ? 2 : 1)
-#endif
-#define PACK_S16 (PACK_DTYPE == 3 || PACK_DTYPE == 4)
 #define SRC_S16 (PYRNN_DTYPE == 3 || PYRNN_DTYPE == 4)
-#if PACK_S16 && SRC_S16 && PACK_DTYPE != PYRNN_DTYPE
+#if PACK_S16 && PACK_DTYPE != PYRNN_DTYPE
 #error "pack.cl: a 16-bit pack holds the weight's own 16-bit dtype (PACK_DTYPE = PYRNN_DTYPE)"
 #endif
 
@@ -42,31 +36,6 @@ typedef real src_t;
 #define LOAD_SRCV(p) LOADV(p)
 #endif
 
-/* a pack's element; LOAD_PACKV reads REC_VW consecutive ones as a realV (the step kernels'
- * weight reads), STORE_PACKV writes them (exact: a 16-bit pack stores values read from 16 bits) */
-#if PACK_S16
-typedef PYRNN_S16_T(PACK_DTYPE) pack_t;
-#if REC_VW == 1
-#define LOAD_PACKV(p) PYRNN_S16_LOAD(PACK_DTYPE, 0, p)
-#else
-#define LOAD_PACKV(p) PYRNN_S16_LOADN(PACK_DTYPE, REC_VW, p)
-#endif
-#if PACK_DTYPE == 3 && REC_VW == 1
-#define STORE_PACKV(v, p) vstore_half_rte((v), 0, (p))
-#elif PACK_DTYPE == 3
-#define STORE_PACKV(v, p) PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)((v), 0, (p))
-#elif REC_VW == 1
-#define STORE_PACKV(v, p) (*(p) = (ushort)(as_uint(v) >> 16))
-#else
-#define STORE_PACKV(v, p) PYRNN_CAT(vstore, REC_VW)( \
-    PYRNN_CAT(convert_ushort, REC_VW)(PYRNN_CAT(as_uint, REC_VW)(v) >> 16), 0, (p))
-#endif
-#else
-typedef real pack_t;
-#define LOAD_PACKV(p) LOADV(p)
-#define STORE_PACKV(v, p) STOREV(v, p)
-#endif
-
 /* On a kernel written with explicit vectors of REC_VW: tells a compiler that vectorises across
  * work-items (Intel's CPU runtime packs neighbours along dimension 0) that it is vectorised
  * already. Intel's runtime otherwise packed the pack kernels' in-register VW x VW transposes
@@ -77,11 +46,6 @@ typedef real pack_t;
 #ifndef PYRNN_UNROLL
 #define PYRNN_UNROLL _Pragma("unroll")
 #endif
-
-/* The pack kernels of a program whose packs hold 16 bits and whose weights do not (the
- * recurrence program of a layer with 16-bit packs, whose weights take this file built for
- * their storage) would narrow float weights: they are left out. */
-#if !PACK_S16 || SRC_S16
 
 /* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
  * block blk_k). Also packs W_proj with G = 1. Global size (K/VW, H/VW, D): one work-item
@@ -130,7 +94,3 @@ __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t 
     __global pack_t *dst = wt + (((long)d * (cols / REC_VW) + c) * rows + r0) * REC_VW;
     for (int r = 0; r < rn; ++r) STORE_PACKV(LOAD_SRCV(src + (long)r * cols), dst + r * REC_VW);
 }
-
-#endif /* !PACK_S16 || SRC_S16 */
-
-#endif /* PYRNN_PACK_CL */

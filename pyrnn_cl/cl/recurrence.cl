@@ -12,7 +12,7 @@
  *   rt   [D][K/VW][G*H][VW]   R transposed per vector of VW columns, user rows (backward dh = dgh R);
  *                          wt is W_proj [D][P][H] packed the same way ([D][H/VW][P][VW])
  *   Packs (rpk, rt, wt and the W packs) hold pack_t: the compute dtype, or with PACK_DTYPE 3/4
- *   the 16-bit weights as stored, widened as the products read them (LOAD_PACKV, pack.cl)
+ *   the 16-bit weights as stored, widened as the products read them (LOAD_PACKV, pack.h)
  *   h0, c0, dh0, dc0, final states: [D][N][K] addressed with explicit (direction, batch) strides
  * Canonical gate slot k lives in user block GATE_BLK_k. Direction d runs reversed when bit d of
  * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
@@ -69,7 +69,7 @@
  * disagree do not build.
  */
 #include "common.h"
-#include "pack.cl"           /* pack_t, LOAD_PACKV, pyrnn_pack, pyrnn_pack_t */
+#include "pack.h"            /* pack_t, LOAD_PACKV (the pack kernels: pack.cl, a program of its own) */
 
 #ifndef CELL_G
 #error "include a cells/<cell>.cl file before recurrence.cl"
