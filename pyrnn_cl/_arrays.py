@@ -29,7 +29,7 @@ import pyopencl.tools as cl_tools
 
 from .devices import Device, resolve_device
 from .errors import ShapeError, UnsupportedError
-from .programs import enqueue, get_program, set_args
+from .programs import enqueue_on, get_program, set_args
 from .sources import STORAGE_DTYPES, compute_dtype, dtype_code, storage_names
 
 
@@ -435,13 +435,13 @@ def _convert(device, kernel, storage, pairs) -> None:
             knl = prog.kernel(kernel + "8")
             set_args(knl, *[v for *buffers, n in slots for v in (*buffers, n // 8)],
                      dtypes=_SLOT_TYPES[8])
-            enqueue(device.queue, knl, (wide,))
+            enqueue_on(device, knl, (wide,))
         tail = max(n % 8 for *_, n in slots)
         if tail:
             knl = prog.kernel(kernel + "1")
             set_args(knl, *[v for *buffers, n in slots for v in (*buffers, n - n % 8, n % 8)],
                      dtypes=_SLOT_TYPES[1])
-            enqueue(device.queue, knl, (tail,))
+            enqueue_on(device, knl, (tail,))
 
 
 def widen_many(device, arrays, storage, out=None) -> list[cla.Array]:
@@ -474,7 +474,7 @@ def widen_runs(device, a, offset, stride, n, runs, out) -> None:
     knl = _storage_program(device, storage).kernel("pyrnn_widen_runs")
     set_args(knl, a.base_data, np.int64(a.offset // storage.itemsize + offset), np.int64(stride),
              np.int32(n), out.base_data)
-    enqueue(device.queue, knl, (n, runs))
+    enqueue_on(device, knl, (n, runs))
 
 
 def narrow_many(device, arrays, storage, out=None) -> list[cla.Array]:

@@ -81,7 +81,7 @@ from .layout import (
     make_layout,
     swap01_strides,
 )
-from .programs import enqueue, get_program, set_args
+from .programs import enqueue_on, get_program, set_args
 from .sources import compute_dtype, dtype_code
 
 if TYPE_CHECKING:
@@ -240,7 +240,7 @@ def _dropout(device, dtype, dst, src, T, N, W, layer, p, seed, seed2):
     set_args(knl, dst.base_data, src.base_data, np.int32(N), np.int32(W),
              np.uint32(seed & 0xFFFFFFFF), np.uint32(seed2 & 0xFFFFFFFF), np.uint32(layer),
              np.uint64(thr), np.dtype(dtype).type(scale))
-    enqueue(device.queue, knl, ((W + 3) // 4, N, T))
+    enqueue_on(device, knl, ((W + 3) // 4, N, T))
 
 
 @entry_point

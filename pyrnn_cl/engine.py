@@ -59,7 +59,7 @@ from .gemm import WEIGHT_GRADIENT_K_BLOCK, gemm, sum_rows
 from .kernel_args import KernelSignature, kernel_signature
 from .layout import Saved
 from .plan import PACKS, LayerPlan, _vector_width
-from .programs import Program, enqueue, get_program, launcher
+from .programs import Program, enqueue, enqueue_on, get_program, launcher
 from .sources import compute_dtype, dtype_code
 from .tuning import cpu_like
 
@@ -185,7 +185,7 @@ def add_rows(device, dtype, a, rows, cols, b):
     vw = _util_width(dtype, cols)
     knl = util_program(device, dtype, vw).kernel("pyrnn_add_rows")
     _util_sig("pyrnn_add_rows").set(knl, a=a.base_data, cols=_I32(cols), b=b.base_data)
-    enqueue(device.queue, knl, (cols // vw, rows))
+    enqueue_on(device, knl, (cols // vw, rows))
 
 
 def act_map(device, dtype, y, x, kind):
@@ -195,7 +195,7 @@ def act_map(device, dtype, y, x, kind):
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_act_map")
     _util_sig("pyrnn_act_map").set(knl, y=y.base_data, x=x.base_data, kind=_I32(kind))
-    enqueue(device.queue, knl, (y.size // vw,))
+    enqueue_on(device, knl, (y.size // vw,))
 
 
 def multiply(device, dtype, y, a, b):
@@ -206,7 +206,7 @@ def multiply(device, dtype, y, a, b):
     vw = _util_width(dtype, y.size)
     knl = util_program(device, dtype, vw).kernel("pyrnn_mul")
     _util_sig("pyrnn_mul").set(knl, y=y.base_data, a=a.base_data, b=b.base_data)
-    enqueue(device.queue, knl, (y.size // vw,))
+    enqueue_on(device, knl, (y.size // vw,))
 
 
 def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, alpha=1.0,
@@ -221,7 +221,7 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
     _util_sig("pyrnn_copy3").set(knl, dst=dst.base_data, d_off=_I64(d_off), ds0=ds0, ds1=ds1,
                                  ds2=ds2, src=src.base_data, s_off=_I64(s_off), ss0=ss0,
                                  ss1=ss1, ss2=ss2, alpha=real(alpha), beta=real(beta))
-    enqueue(device.queue, knl, (shape[2], shape[1], shape[0]))
+    enqueue_on(device, knl, (shape[2], shape[1], shape[0]))
 
 
 def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None, out=None):
@@ -491,7 +491,7 @@ class Recurrence:
         if self.ks > 1:
             return grid, (self.ks, 1)
         if not self.wg:
-            return grid, None
+            return grid, self.device.profile.local_size(grid)
         wg0 = max(d for d in range(1, min(self.wg, groups) + 1) if groups % d == 0)
         return grid, (wg0, 1)
 
@@ -565,7 +565,7 @@ class Recurrence:
         _pack_sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
                                     blk1=blk1, blk2=blk2, blk3=blk3, R=buf, r_off=off,
                                     r_dstride=stride, rpk=packed.base_data)
-        enqueue(self.device.queue, knl, (width // self.vw, rows // self.vw, self.D))
+        enqueue_on(self.device, knl, (width // self.vw, rows // self.vw, self.D))
         return packed
 
     def pack_t(self, weight, rows, cols, name: str = "rt"):
@@ -577,7 +577,7 @@ class Recurrence:
         _pack_sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=buf, w_off=off,
                                       w_dstride=stride, wt=packed.base_data)
         per = _PACK_T_ROWS if cpu_like(self.device.info, self.device.profile) else 1
-        enqueue(self.device.queue, knl, (cols // self.vw, -(-rows // per), self.D))
+        enqueue_on(self.device, knl, (cols // self.vw, -(-rows // per), self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------
@@ -825,7 +825,7 @@ class Recurrence:
                                 io16=_I32(init16 + 2 * out16),
                                 init16=init.array.base_data if init16 else dummy,
                                 out16=out.array.base_data if out16 else dummy)
-        enqueue(self.device.queue, knl, (width, N, D))
+        enqueue_on(self.device, knl, (width, N, D))
 
     # -- backward ---------------------------------------------------------------------------
 
@@ -1068,7 +1068,7 @@ class Recurrence:
         chunk overwrites them). ``read16``: the 16-bit arguments (:meth:`_grad_inputs`)."""
         T, N, H, D, K, G = self.T, self.N, self.H, self.D, self.K, self.G
         GH, P, n = G * H, self.P, chunk.steps
-        q, dt, dev = self.device.queue, self.dtype, self.device
+        dt, dev = self.dtype, self.device
         beta = 0.0 if chunk.first else 1.0
         rows = n * N
         if dR is not None:
@@ -1121,7 +1121,7 @@ class Recurrence:
                 dgx=chunk.dgx.base_data, cs=self._or_dummy(fwd.cs if T else None),
                 **_state_args("c0", c0), lens=self._or_dummy(lens), dpeep=dpeep.base_data,
                 s16=read16["s16"], rd16=read16["rd16"], cs16=read16["cs16"])
-            enqueue(q, pg, (H, G, D))
+            enqueue_on(dev, pg, (H, G, D))
 
     def _gather_hin(self, chunk, fwd: Saved, h0, mask, lens, read16):
         """``hin = h[t-1] . m[t]`` for the steps of ``chunk`` (``[steps][N][D*K]``) and for a
@@ -1143,7 +1143,7 @@ class Recurrence:
                 sav=fwd.sav.base_data, cs=self._or_dummy(fwd.cs), from_sav=_I32(fwd.y is None),
                 hin=hin.base_data, hr=self._or_dummy(hr),
                 **{k: read16[k] for k in ("s16", "rd16", "sav16", "cs16")})
-            enqueue(dev.queue, knl, (K // self.vw, N, n * D))
+            enqueue_on(dev, knl, (K // self.vw, N, n * D))
         return hin, hr
 
     def _chunk_input_gradients(self, chunk, side: InputSide):

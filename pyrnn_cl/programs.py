@@ -56,6 +56,7 @@ __all__ = [
     "get_program",
     "enqueue",
     "launcher",
+    "enqueue_on",
     "launch_count",
     "cache_key",
     "cache_stats",
@@ -774,6 +775,14 @@ def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
     if 0 in global_size:
         return cl.enqueue_marker(queue, wait_for=wait_for)
     return _launch(queue, kernel, global_size, local_size, wait_for)
+
+
+def enqueue_on(device, kernel, global_size, *, wait_for=None):
+    """:func:`enqueue` on ``device``'s queue of a kernel that needs no particular local size:
+    the device profile's choice (:meth:`~pyrnn_cl.devices.base.VendorProfile.local_size`, a
+    fixed few on PoCL, which compiles a work-group function per local size)."""
+    return enqueue(device.queue, kernel, global_size, device.profile.local_size(global_size),
+                   wait_for=wait_for)
 
 
 def launcher(queue, kernel, global_size, local_size=None):

@@ -186,6 +186,21 @@ def test_profile_quirks_and_options():
     assert profile_for(old).build_options(old) == []
 
 
+def test_free_launches_take_a_fixed_few_local_sizes_where_each_is_a_compile():
+    """PoCL compiles a work-group function per local size: a launch that needs no particular
+    one gets a power of two (at most FIXED_LOCAL_MAX) dividing its first dimension, 1 in the
+    others; other implementations pick their own (None)."""
+    pocl, nvidia, intel = (profile_for(i) for i in (POCL_DEBIAN, NVIDIA_GPU, INTEL_CPU))
+    top = pocl.FIXED_LOCAL_MAX
+    assert pocl.local_size((12, 5, 3)) == (4, 1, 1)
+    assert pocl.local_size((33, 64)) == (1, 1)
+    assert pocl.local_size((7 * top * 4,)) == (top,)
+    assert pocl.local_size((0, 3)) == (1, 1)
+    sizes = {pocl.local_size((g, 7)) for g in range(1, 5000)}
+    assert sizes == {(1 << i, 1) for i in range(top.bit_length())}
+    assert nvidia.local_size((12, 5, 3)) is None and intel.local_size((64,)) is None
+
+
 def test_benign_log_lines_are_filtered():
     log = ("Function pyrnn_fwd is a kernel, so overriding noinline attribute. The function may "
            "be inlined when called.\n\nwarning: real problem\n")

@@ -663,3 +663,51 @@ def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item):
     got = rec.pack_t(cla.to_device(q, W.ravel()), rows, K).get()
     want = W.reshape(D, rows, K // vw, vw).transpose(0, 2, 1, 3)
     assert np.array_equal(got, want.ravel())
+
+
+def test_launches_on_a_per_local_size_compiler_name_a_fixed_few_local_sizes(device, monkeypatch):
+    """Where an implementation compiles a work-group function per local size (PoCL; here any
+    device told so), no launch leaves the local size to the driver, whose pick follows the
+    shape (one compile per shape), and the launches that need no particular one take the
+    profile's few: a float16 two-layer bidirectional LSTM with a projection, lengths and
+    dropout (forward and backward: packs, conversions, final states, input gathers, copies),
+    and a peephole BlockLSTM, at two shapes that no power of two divides alike."""
+    import pyrnn_cl.programs as programs
+    monkeypatch.setattr(device.profile, "specialises_per_local_size", True)
+    launches = []
+    real = programs._launch
+
+    def launch(queue, kernel, global_size, local_size, wait_for=None):
+        launches.append((kernel.function_name, global_size, local_size))
+        return real(queue, kernel, global_size, local_size, wait_for)
+
+    monkeypatch.setattr(programs, "_launch", launch)
+    rng = np.random.default_rng(5)
+    q = device.queue
+    for T, N, H, I in ((3, 5, 7, 3), (4, 6, 12, 5)):
+        L, P = 2, H - 2
+        h = cla.to_device(q, rng.standard_normal((2 * L, N, P)).astype(np.float16))
+        c = cla.to_device(q, rng.standard_normal((2 * L, N, H)).astype(np.float16))
+        x = cla.to_device(q, rng.standard_normal((T, N, I)).astype(np.float16))
+        size = rc.cudnn_rnn_params_size(L, H, I, direction="bidirectional", num_proj=P)
+        w = cla.to_device(q, (0.3 * rng.standard_normal(size)).astype(np.float16))
+        lens = cla.to_device(q, np.array([T] + [1] * (N - 1), np.int32))
+        kw = dict(direction="bidirectional", num_proj=P, dropout=0.5, seed=3, device=device)
+        y, hn, cn, res, host = rc.cudnn_rnn(x, h, c, w, lens, **kw)
+        rc.cudnn_rnn_backprop(x, h, c, w, lens, y, hn, cn, y, hn, cn, res, host, **kw)
+        x4 = cla.to_device(q, rng.standard_normal((T, N, I)).astype(np.float32))
+        s4 = cla.to_device(q, rng.standard_normal((N, H)).astype(np.float32))
+        w4 = cla.to_device(q, rng.standard_normal((I + H, 4 * H)).astype(np.float32))
+        p4 = cla.to_device(q, rng.standard_normal(H).astype(np.float32))
+        b4 = cla.to_device(q, rng.standard_normal(4 * H).astype(np.float32))
+        rc.block_lstm(T, x4, s4, s4, w4, p4, p4, p4, b4, use_peephole=True, device=device)
+    q.finish()
+    names = {name for name, _, _ in launches}
+    assert {"pyrnn_pack", "pyrnn_pack_t", "pyrnn_final", "pyrnn_narrow8"} <= names, names
+    free = [(n, g) for n, g, local in launches if local is None]
+    assert not free, f"launches leaving the local size to the driver: {free}"
+    # (the step kernels' work-groups follow the tiles: REC_WG rows, a direction's units)
+    steps = ("pyrnn_fwd", "pyrnn_bwd", "pyrnn_proj")
+    other = [(n, g, local) for n, g, local in launches
+             if not n.startswith(steps) and local != device.profile.local_size(g)]
+    assert not other, other
