@@ -876,7 +876,7 @@ class Recurrence:
                 upstream, dy=self._new("dy", (T, N, D * K), pooled=False, zeros=True))
         flags = dict(HAS_DY=int(upstream.dy is not None), HAS_DHN=1,
                      HAS_DCN=int(self.cell.has_c), HAS_DCS=int(upstream.dcs is not None),
-                     REC_NB=self.nb)
+                     REC_NB=self.nb, BWD_PROGRAM=1)
         prog = self._program(**flags)
         fwd, layer, upstream, inputs, read16, seq16 = self._grad_inputs(
             fwd, layer, upstream, targets.inputs,

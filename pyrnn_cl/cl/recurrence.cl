@@ -179,6 +179,14 @@
 #ifndef HAS_DCS
 #define HAS_DCS 0           /* per-step gradient of c[t] (TensorFlow's cs_grad) */
 #endif
+#ifndef BWD_PROGRAM
+#define BWD_PROGRAM 0       /* which kernels the program holds: 0 the forward's (and the helpers
+                             * pyrnn_final, pyrnn_gather_hin, pyrnn_peep_grad, which the backward
+                             * takes from the forward's program), 1 the backward's. The backward's
+                             * defines differ anyway (HAS_DY, HAS_DHN, REC_NB), so each layer had
+                             * two programs holding every kernel: an implementation that compiles
+                             * a whole program at once (Intel's) compiled each kernel twice */
+#endif
 
 /* Register tiles: the small loops over batch rows and gates must be unrolled so the accumulators
  * live in registers (clang's loop pragma; harmless where a compiler ignores it). Without it PoCL
@@ -702,6 +710,8 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     }
 }
 
+#if !BWD_PROGRAM     /* the forward program's kernels (BWD_PROGRAM below) */
+
 /* One step per launch (the host enqueues the T steps back to back). */
 __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, FWD_PARAMS)
@@ -825,6 +835,7 @@ __kernel void pyrnn_proj(const int T, const int N, const int H, const int P, con
     }
 }
 #endif
+#endif /* !BWD_PROGRAM */
 
 /* ---- backward ---------------------------------------------------------------------------- */
 /* Backward step s runs the forward step s of every direction in reverse (s = S-1 .. 0); the extra
@@ -856,6 +867,27 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
     }
     return r;
 }
+
+/* ---- 16-bit inputs of the backward ----------------------------------------------------------
+ * In a 16-bit call the backward kernels read the largest inputs, the saved gates (sav), the cell
+ * states (cs) and the upstream gradient dy, from the caller's 16-bit arrays (sav16, cs16, dy16),
+ * each where its bit of `rd16` is set (1, 2, 4): no conversion pass, half the bytes. The whole-
+ * sequence kernel widens the rest first (widen_grad_inputs: one work-group does its rows, so a
+ * pass over the large arrays there measured slower than the conversion launch it replaces).
+ * RD16(name, bit, o): REC_VW values at element o of input `name`, read from name16 where its bit
+ * is set. */
+#if PYRNN_IO16
+#define RD16(name, bit, o) ((rd16 & (bit)) ? load16v(s16, name##16 + (o)) : LOADV(name + (o)))
+#define RD16_1(name, bit, o) ((rd16 & (bit)) ? load16(s16, name##16 + (o)) : name[o])
+#else
+#define RD16(name, bit, o) LOADV(name + (o))
+#define RD16_1(name, bit, o) name[o]
+#endif
+#define RD16_SAV 1
+#define RD16_CS 2
+#define RD16_DY 4
+
+#if BWD_PROGRAM      /* the backward program's kernels, to the end of the section */
 
 #if HAS_PROJ
 /* Projection backward of step s: dr[t] = dy[t] + dL/dr[t] through R of the next step (+ the final
@@ -906,25 +938,6 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
     }
 }
 #endif
-
-/* ---- 16-bit inputs of the backward ----------------------------------------------------------
- * In a 16-bit call the backward kernels read the largest inputs, the saved gates (sav), the cell
- * states (cs) and the upstream gradient dy, from the caller's 16-bit arrays (sav16, cs16, dy16),
- * each where its bit of `rd16` is set (1, 2, 4): no conversion pass, half the bytes. The whole-
- * sequence kernel widens the rest first (widen_grad_inputs: one work-group does its rows, so a
- * pass over the large arrays there measured slower than the conversion launch it replaces).
- * RD16(name, bit, o): REC_VW values at element o of input `name`, read from name16 where its bit
- * is set. */
-#if PYRNN_IO16
-#define RD16(name, bit, o) ((rd16 & (bit)) ? load16v(s16, name##16 + (o)) : LOADV(name + (o)))
-#define RD16_1(name, bit, o) ((rd16 & (bit)) ? load16(s16, name##16 + (o)) : name[o])
-#else
-#define RD16(name, bit, o) LOADV(name + (o))
-#define RD16_1(name, bit, o) name[o]
-#endif
-#define RD16_SAV 1
-#define RD16_CS 2
-#define RD16_DY 4
 
 /* Arguments of the backward step kernels after (T, N, H, K, rev_mask, s). */
 #define BWD_PARAMS __global const real *sav, __global real *dgx, __global real *dgh, \
@@ -1237,7 +1250,10 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 }
 #endif
 
+#endif /* BWD_PROGRAM */
+
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
+#if !BWD_PROGRAM     /* (in the forward program: the backward takes them from there) */
 
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
  * init[d][n][k] when len = 0. A 16-bit call (storage code s16) may give init in 16 bits (bit 1
@@ -1353,3 +1369,5 @@ __kernel void pyrnn_peep_grad(const int T, const int N, const int H, const int r
     dpeep[d * GH + blk] = acc;
 }
 #endif
+
+#endif /* !BWD_PROGRAM */
