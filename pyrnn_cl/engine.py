@@ -535,8 +535,9 @@ class Recurrence:
     def _pack_kernel(self, name: str, weight: cla.Array | Target, per_dir: int):
         """Kernel ``name`` of ``cl/pack.cl`` for ``weight`` (an array ``[D][...]`` or a
         :class:`Target` inside a larger buffer) compiled for the dtype the weight is stored in
-        (a 16-bit weight is read as it is and packed to float32: no widening pass), and the
-        weight as ``(buffer, element offset, direction stride)``. The pack kernels are a program
+        (a 16-bit weight is read as it is, no widening pass, and packed to :attr:`pack_dtype`:
+        float32, or its own 16 bits where the plan keeps them), and the weight as ``(buffer,
+        element offset, direction stride)``. The pack kernels are a program
         of their own per (storage dtype, ``REC_VW``, pack dtype), shared by every layer: in each
         recurrence program (cell x flags x tiles) they were compiled again, by PoCL once per
         launch size, 36 % of the kernels a cold test suite compiled."""
