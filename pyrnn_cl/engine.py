@@ -352,6 +352,7 @@ class Recurrence:
         # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self.seq_loop = plan.seq_loop
         self.fwd_nb = plan.fwd_nb
         self.ks = plan.ks
         self.bwd_rows = plan.bwd_rows
@@ -447,6 +448,8 @@ class Recurrence:
                 defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
                 defines["REC_KS"] = self.ks
+            if not self.seq_loop:     # (the source's default is 1)
+                defines["REC_SEQ_LOOP"] = 0
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
@@ -498,8 +501,8 @@ class Recurrence:
     def _whole_sequence(self, prog, name):
         """Whether this layer runs kernel ``name`` of ``prog`` over the whole sequence in one
         launch: it uses whole-sequence kernels and one work-group holds every unit of a
-        direction."""
-        return self.fused and self.H // self.vw <= prog.work_group_size(name)
+        direction (always, where one work-item runs them all: ``seq_loop``)."""
+        return self.fused and (self.seq_loop or self.H // self.vw <= prog.work_group_size(name))
 
     def _fused_launch(self, prog, name, args: dict[str, object]) -> bool:
         """Launch the whole-sequence kernel ``name`` with ``args`` (every argument by name) when
@@ -509,8 +512,12 @@ class Recurrence:
             return False
         knl = prog.kernel(name)
         _sig(name).set(knl, **args)
-        grid, _ = self._step_grid(self.H, self._row_groups(prog))
-        enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
+        groups = self._row_groups(prog)
+        if self.seq_loop:       # a work-item per batch-row group and direction
+            enqueue(self.device.queue, knl, (groups, self.D), (1, 1))
+        else:                   # a work-item per vector of units
+            grid, _ = self._step_grid(self.H, groups)
+            enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
         return True
 
     def _step_kernel(self, prog, name, width, args: dict[str, object]):

@@ -82,8 +82,9 @@ def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
 class LayerPlan:
     """Shapes, launch choices and buffer sizes of one layer of ``D`` directions of ``cell``
     over ``T`` steps of ``N`` rows (module docstring). The launch choices (``vw``, ``nb``,
-    ``fwd_nb``, ``wg``, ``fused``) come from a device's tuning (:meth:`for_device`); they change
-    no buffer size, so a plan built without a device (the defaults) sizes buffers just the same."""
+    ``fwd_nb``, ``wg``, ``fused``, ``seq_loop``) come from a device's tuning
+    (:meth:`for_device`); they change no buffer size, so a plan built without a device (the
+    defaults) sizes buffers just the same."""
 
     cell: CellSpec
     T: int
@@ -99,6 +100,10 @@ class LayerPlan:
     wg: int = 0              # work-items per group along the batch groups (0: the driver's)
     ks: int = 1              # work-items sharing a tile's products (a work-group each when > 1)
     fused: bool = False      # whole-sequence kernels (where a work-group holds a direction)
+    #: a whole-sequence work-group is one work-item that runs the vectors of units in turn
+    #: (``REC_SEQ_LOOP``; else one work-item per vector of units). A define of every program
+    #: of the layer, fused or not, so that both kinds of launch share their programs
+    seq_loop: bool = False
     #: the weights' 16-bit storage code (3 float16, 4 bfloat16) when the packs keep it
     #: (``REC_PACK16_BYTES``: the steps stream 16-bit weights and convert as they read), else 0
     pack16: int = 0
@@ -167,7 +172,8 @@ class LayerPlan:
         ks = 1 if fused else max(1, int(tuning.get("REC_KS", 1)))
         return cls(cell, T, N, H, D, P, dtype.itemsize,
                    bwd_rows=max(1, int(tuning["REC_BWD_ROWS"])), vw=vw, nb=nb, fwd_nb=fwd_nb,
-                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused, pack16=pack16,
+                   wg=max(0, int(tuning["REC_WG"])), ks=ks, fused=fused,
+                   seq_loop=bool(int(tuning.get("REC_SEQ_LOOP", 0))), pack16=pack16,
                    small_bytes=int(tuning.get("REC_SEQ_BYTES", 0)) if fused else 0)
 
     # -- shapes -----------------------------------------------------------------------------

@@ -148,6 +148,9 @@ SPACE: dict[str, tuple[Param, ...]] = {
                                 1 << 23), 0, 1 << 31,
               "whole-sequence kernels when one direction's R has at most this many bytes",
               compiled=False),
+        Param("REC_SEQ_LOOP", (0, 1), 0, 1,
+              "whole-sequence kernels: one work-item per batch-row group and direction that runs "
+              "every vector of units in turn (1), or a work-group of a work-item per vector (0)"),
         Param("REC_SEQ_MAX_BYTES", (0, 1 << 20, 1 << 21, 1 << 22, 1 << 23), 0, 1 << 31,
               "... and up to this many with a work-group per compute unit", compiled=False),
         Param("REC_SEQ_STREAM_BYTES", (1 << 23, 1 << 24, 1 << 25, 1 << 26), 0, 1 << 34,
@@ -350,6 +353,12 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # whole-sequence was 7-20 % faster there (docs/benchmarks.md): the cap costs the
             # one far less than its absence costs the other
             "REC_SEQ_BYTES": 1 << 18,
+            # a whole-sequence work-group runs on one thread of a CPU device either way; as one
+            # work-item looping over the units it skips the work-item loops around each step's
+            # barrier and is one compiled work-group function whatever H is (paired on PoCL,
+            # Zen 4: LSTM 256/256 N = 16 forward 2 % faster, the tiny LSTM and bi2-256x32
+            # level; Intel's runtime level; docs/benchmarks.md)
+            "REC_SEQ_LOOP": 1,
             "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8, info.core_cache_size or 1 << 22)
             if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
@@ -390,6 +399,9 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                       "REC_ACC_MAX": 0,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
+                      # (a GPU that a tune gives whole-sequence kernels runs a direction's units
+                      # on the lanes of one work-group)
+                      "REC_SEQ_LOOP": 0,
                       "REC_BWD_ROWS": 8192,
                       # 16-bit weights streamed as stored: the steps of small batches are bound
                       # by reading R, and a GPU converts for free

@@ -348,6 +348,51 @@ def test_whole_sequence_forward_with_and_without_the_input_product_inside(device
     assert "lstm" in ran and "rnn" in ran, ran
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_whole_sequence_work_group_as_one_loop_or_a_work_item_per_unit_vector(device,
+                                                                             monkeypatch, dtype):
+    """A whole-sequence work-group holds every unit of its direction either as one work-item
+    that runs the vectors of units in turn (``REC_SEQ_LOOP`` = 1, CPUs) or as a work-item per
+    vector (0, GPUs). Each unit's arithmetic is the same either way, so a two-layer
+    bidirectional call with ragged lengths (three vectors of units per direction, batch rows
+    over several groups; 16-bit storage widened and narrowed inside the kernels) gives the same
+    bits forward and backward, for every cell that runs whole-sequence kernels; and the layers
+    did run them, in the mode asked for."""
+    dt = np.dtype(dtype)
+    T, I = 7, 5
+    N = int(device.tuning("recurrence")["REC_NB"]) * device.info.compute_units + 3
+    vw = plan._vector_width(int(device.tuning("recurrence")["REC_VW"]), 24)
+    H = 3 * vw                              # three vectors of units
+    rng = np.random.default_rng(5)
+    lens = np.array([T, 1, 0, T - 2, 3] * N, np.int32)[:N]
+    for mode in ("lstm", "gru", "rnn_tanh"):
+        size = rc.cudnn_rnn_params_size(2, H, I, rnn_mode=mode, direction="bidirectional")
+
+        def arr(*shape):
+            return cla.to_device(device.queue, (0.4 * rng.standard_normal(shape)).astype(dt))
+
+        x, h0, c0, params, dy, dhn = (arr(T, N, I), arr(4, N, H), arr(4, N, H), arr(size),
+                                      arr(T, N, 2 * H), arr(4, N, H))
+        c0 = c0 if mode == "lstm" else None
+        dcn = arr(4, N, H) if mode == "lstm" else None
+        lengths = cla.to_device(device.queue, lens)
+        results = {}
+        for loop in (1, 0):
+            override_tuning(device, monkeypatch, REC_SEQ_LOOP=loop, **WHOLE_SEQUENCE)
+            getattr(device, "_pyrnn_layers", {}).clear()
+            kw = dict(rnn_mode=mode, direction="bidirectional", device=device)
+            y, hn, cn, reserve, host = rc.cudnn_rnn(x, h0, c0, params, lengths, **kw)
+            grads = rc.cudnn_rnn_backprop(x, h0, c0, params, lengths, y, hn, cn, dy, dhn, dcn,
+                                          reserve, host, **kw)
+            used = [layer for layer in getattr(device, "_pyrnn_layers", {}).values()
+                    if layer.N == N]
+            assert used and all(layer.fused and layer.seq_loop == bool(loop) for layer in used)
+            results[loop] = [a.get() for a in (y, hn, cn, *grads) if a is not None and a.size]
+        for a, b in zip(results[1], results[0]):
+            np.testing.assert_array_equal(a, b, err_msg=f"{mode} {dtype}")
+        assert np.isfinite(np.concatenate([a.ravel().astype(np.float64) for a in results[1]])).all()
+
+
 def test_step_launcher_checks_once_and_counts_every_launch(device):
     """``programs.launcher`` (the step loop's launches): the sizes are checked when it is made
     (the same ValueErrors as ``enqueue``), every call launches and is counted, and an empty

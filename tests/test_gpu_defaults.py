@@ -35,8 +35,8 @@ def test_selftest_with_a_gpus_derived_tuning(device, monkeypatch, gpu):
 def test_selftest_with_whole_sequence_kernels_in_the_gpu_layout(device, monkeypatch):
     """A GPU's derived tuning with whole-sequence kernels turned on for small layers (what a
     GPU tune may adopt: REC_SEQ_BYTES > 0): those layers run one work-item per tile with one
-    unit each (REC_VW = 1), the others the split per-step kernels; every self-test op stays
-    right."""
+    unit each (REC_VW = 1), a work-group of them per direction, the others the split per-step
+    kernels; every self-test op stays right."""
     needs_fp64(device)
     derived = tuning.derive(NVIDIA_H100, profile_for(NVIDIA_H100))
     derived["recurrence"]["REC_SEQ_BYTES"] = 1 << 20
@@ -48,4 +48,6 @@ def test_selftest_with_whole_sequence_kernels_in_the_gpu_layout(device, monkeypa
            for r in results if r.status != "ok"]
     assert not bad, "\n".join(bad)
     fused = [layer for layer in getattr(device, "_pyrnn_layers", {}).values() if layer.fused]
-    assert fused and all(layer.ks == 1 and layer.vw == 1 for layer in fused)
+    # (and a work-item per vector of units: REC_SEQ_LOOP = 0, the GPU's whole-sequence layout)
+    assert fused and all(layer.ks == 1 and layer.vw == 1 and not layer.seq_loop
+                         for layer in fused)

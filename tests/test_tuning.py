@@ -67,7 +67,7 @@ def test_kernel_source_defaults_are_the_derived_ones():
             else:
                 assert ints == [derived[f32][key]], (name, key)
             checked += 1
-    assert checked == 18    # (with the tiled GEMM kernel's GEMM_LOCAL and tile)
+    assert checked == 19    # (with the tiled GEMM kernel's GEMM_LOCAL and tile)
 
 
 @pytest.mark.parametrize("info", ZOO, ids=lambda i: i.name)

@@ -124,6 +124,12 @@
 #ifndef REC_NB
 #define REC_NB 4            /* batch rows per work-item */
 #endif
+#ifndef REC_SEQ_LOOP
+#define REC_SEQ_LOOP 1      /* whole-sequence kernels: 1, one work-item per batch-row group and
+                             * direction that loops over the vectors of units (CPUs, where a
+                             * work-group runs on one thread anyway); 0, a work-group of one
+                             * work-item per vector of units (GPUs) */
+#endif
 #ifndef REC_KS
 #define REC_KS 1            /* work-items sharing a tile's products (a power of two) */
 #endif
@@ -202,6 +208,18 @@
 PYRNN_FUNC int wi_bound(int n)
 {
     return get_local_id(0) > (size_t)0x7fffffff ? 0 : n;
+}
+
+/* Direction d of this work-item, the first unit j of its vector of units, and D, the number of
+ * directions. Dimension 1 of a step launch has a work-item per vector of units of every direction
+ * (D * H/VW), but in a whole-sequence launch with REC_SEQ_LOOP one work-item per direction, which
+ * runs every vector of units in turn (`loop` 1, the vector `uv`). */
+PYRNN_FUNC void step_unit(const int H, const int loop, const int uv, int *D, int *d, int *j)
+{
+    const int HV = H / REC_VW;
+    *D = loop ? (int)get_global_size(1) : (int)get_global_size(1) / HV;
+    *d = loop ? (int)get_global_id(1) : (int)get_global_id(1) / HV;
+    *j = (loop ? uv : (int)get_global_id(1) % HV) * REC_VW;
 }
 
 /* The tile's batch-row group (dimension 0 counts REC_KS work-items per group) and this
@@ -522,8 +540,10 @@ PYRNN_FUNC void widen_inputs(const int T, const int N, const int H, const int I,
                              const long h0_sd, const long h0_sn, __global const ushort *c016,
                              __global const real *c0, const long c0_sd, const long c0_sn)
 {
-    const int HV = H / REC_VW, GH = CELL_G * H;
-    const int d = get_global_id(1) / HV, l = get_local_id(1), L = get_local_size(1);
+    const int GH = CELL_G * H;
+    int D, d, j;
+    step_unit(H, REC_SEQ_LOOP, 0, &D, &d, &j);
+    const int l = get_local_id(1), L = get_local_size(1);
     const int n0 = row_group() * REC_NB, rows = min(REC_NB, N - n0);
     if (in16 & 1)            /* x [T][N][I]: this group's rows of every step, into d's copy */
         widen_seq_rows(s16, (__global real *)xs + d * xs_sd, x16, T, 0, 1, N, 1, I, 0, n0, rows,
@@ -602,11 +622,11 @@ PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
  * gates overwrite gx unless keep_sav is 0 (an inference forward of a single-phase cell, whose
  * caller drops them: 6-8 % of a step's time on PoCL); a 16-bit one is narrowed per out16. */
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
-                         const int s, FWD_PARAMS LANE_PARAM)
+                         const int s, const int loop, const int uv, FWD_PARAMS LANE_PARAM)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
-    const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    int D, d, j;
+    step_unit(H, loop, uv, &D, &d, &j);
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
 
@@ -717,12 +737,14 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
                         const int s, FWD_PARAMS)
 {
     LANE_BUF;
-    fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
+    fwd_step(T, N, H, K, rev_mask, s, 0, 0, FWD_ARGS LANE_ARG);
 }
 
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
- * direction for its batch rows (local size (1, H/VW)), so the barrier after each step is the only
- * synchronisation h[t] needs; work-groups never wait for each other. For small layers, where a
+ * direction for its batch rows, so the barrier after each step is the only synchronisation h[t]
+ * needs; work-groups never wait for each other. With REC_SEQ_LOOP the work-group is one
+ * work-item that runs the vectors of units in turn (global (row groups, D), local (1, 1)), else
+ * one work-item per vector (local size (1, H/VW)). For small layers, where a
  * launch per step would cost more than the step (no projection, single-phase cells). In a 16-bit
  * call (s16), the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed
  * as the steps store them (see "16-bit inputs and results" above; the 16-bit pointers are unused
@@ -739,8 +761,10 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
                      h0, h0_sd, h0_sn, c016, c0, c0_sd, c0_sn);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
+    const int uvs = REC_SEQ_LOOP ? wi_bound(H / REC_VW) : 1;
     for (int s = 0; s < steps; ++s) {
-        fwd_step(T, N, H, K, rev_mask, s, FWD_ARGS LANE_ARG);
+        for (int uv = 0; uv < uvs; ++uv)
+            fwd_step(T, N, H, K, rev_mask, s, REC_SEQ_LOOP, uv, FWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
@@ -961,11 +985,11 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 /* The cell backward of step s: dh[t] and dc[t] in, gate gradients dgx (input side) and dgh (hidden
  * side; differs for GRU) and the pointwise carries out; for s = -1 the gradients of h0 and c0. */
 PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
-                         const int s, BWD_PARAMS LANE_PARAM)
+                         const int s, const int loop, const int uv, BWD_PARAMS LANE_PARAM)
 {
     const int HV = H / REC_VW, GH = CELL_G * H;
-    const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    int D, d, j;
+    step_unit(H, loop, uv, &D, &d, &j);
     const int rev = (rev_mask >> d) & 1;
     const int t = s < 0 ? -1 : (rev ? T - 1 - s : s);
 
@@ -1129,7 +1153,7 @@ __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, cons
                         const int s, BWD_PARAMS)
 {
     LANE_BUF;
-    bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
+    bwd_step(T, N, H, K, rev_mask, s, 0, 0, BWD_ARGS LANE_ARG);
 }
 
 #if PYRNN_IO16
@@ -1153,8 +1177,9 @@ PYRNN_FUNC void widen_grad_inputs(const int T, const int N, const int H, const i
                                   const long c0_sd, const long c0_sn,
                                   __global const ushort *x16, __global real *xs)
 {
-    const int HV = H / REC_VW, D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, l = get_local_id(1), L = get_local_size(1);
+    int D, d, j;
+    step_unit(H, REC_SEQ_LOOP, 0, &D, &d, &j);
+    const int l = get_local_id(1), L = get_local_size(1);
     const int n0 = row_group() * REC_NB, rows = min(REC_NB, N - n0);
     if (in16 & 1) widen_seq_rows(s16, (__global real *)y, y16, T, 0, 1, N, D, K, d, n0, rows,
                                  l, L);
@@ -1189,8 +1214,10 @@ __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, 
                           xs);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
+    const int uvs = REC_SEQ_LOOP ? wi_bound(H / REC_VW) : 1;
     for (int s = s_hi - 1; s >= s_last; --s) {
-        bwd_step(T, N, H, K, rev_mask, s, BWD_ARGS LANE_ARG);
+        for (int uv = 0; uv < uvs; ++uv)
+            bwd_step(T, N, H, K, rev_mask, s, REC_SEQ_LOOP, uv, BWD_ARGS LANE_ARG);
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
