@@ -52,6 +52,14 @@ def pytest_configure(config):
             out.flush()
 
     programs._build = recorded
+    config._build_census_out = out
+
+
+def pytest_unconfigure(config):
+    """Close the session's record file (left open, it gave a ResourceWarning at exit)."""
+    out = getattr(config, "_build_census_out", None)
+    if out is not None:
+        out.close()
 
 
 def pytest_runtest_setup(item):
