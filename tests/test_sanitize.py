@@ -174,12 +174,15 @@ def test_split_products_over_work_groups(device, monkeypatch):
     _all_close(got, C.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw), "cudnn backprop")
 
 
-def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch):
+@pytest.mark.parametrize("loop", [0, 1], ids=["item-per-vector", "one-item-loop"])
+def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch, loop):
     """``pyrnn_fwd_seq`` (with the input product x W^T + b in the kernel, ``HAS_XW``) and
     ``pyrnn_bwd_seq``, forced on with ``REC_SEQ_BYTES``: a bidirectional LSTM with a mask, H = 8,
-    I = 16 (a multiple of the vector width), N = 5 (a row-block tail)."""
+    I = 16 (a multiple of the vector width), N = 5 (a row-block tail). Both work-group layouts:
+    a work-item per vector of units (GPUs) and one work-item looping over them
+    (``REC_SEQ_LOOP``, CPUs)."""
     override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20,
-                    REC_ACC_MAX=0)
+                    REC_ACC_MAX=0, REC_SEQ_LOOP=loop)
     rng = np.random.default_rng(8)
     T, N, I, H = 3, 5, 16, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),
