@@ -16,6 +16,7 @@ is in the call's storage dtype.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -27,6 +28,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.tools as cl_tools
 
+from ._lifecycle import results_scope
 from .devices import Device, resolve_device
 from .errors import ShapeError, UnsupportedError
 from .programs import enqueue_on, get_program, set_args
@@ -198,6 +200,34 @@ def temporary(device, shape, dtype) -> cla.Array:
     return empty(queue, shape, dtype, allocator=pool)
 
 
+def results_stay(device) -> bool:
+    """Whether the running op's results stay inside pyrnn_cl on ``device`` (``_lifecycle.
+    results_scope``): an op with NumPy results on a device whose memory is not the host's
+    (:class:`Call`), whose results are copied back before it returns and then dropped, or a
+    block under :func:`results_inside`. Their buffers then come from the pool
+    (:func:`temporary`) like the op's temporaries: a fresh buffer per result and call costs
+    page faults where the implementation gives freed buffers' memory back to the system
+    (Intel's CPU runtime: ~650 per tiny LSTM training forward, 1.7 ms of system time), and an
+    allocation where it places them lazily (GPUs). Safe because nothing outside pyrnn_cl holds
+    them: the pool hands their memory only to commands queued after theirs on the same
+    in-order queue. Where the memory is the host's (PoCL's CPU device), results are mapped in
+    place instead (:func:`read_host`), which needs buffers of their own."""
+    return getattr(results_scope, "device", None) is device
+
+
+@contextlib.contextmanager
+def results_inside(device):
+    """Within the block, ops on ``device`` in this thread allocate their results from the pool
+    (:func:`results_stay`): for callers inside pyrnn_cl (the torch bridge) that read every
+    result on the device's queue and drop it, and hold none beyond their own use."""
+    outer = getattr(results_scope, "device", None)
+    results_scope.device = device
+    try:
+        yield
+    finally:
+        results_scope.device = outer
+
+
 def free_pools() -> None:
     """Release the memory the pools of :func:`temporary` hold (arrays in use keep theirs)."""
     for pool in list(_POOLS.values()):
@@ -208,20 +238,36 @@ def sub_array(device, a, offset, shape):
     """Elements ``offset ..`` of the device array ``a`` as a new zero-offset array of
     ``shape`` on an OpenCL sub-buffer (the same memory: writes show in ``a``), or None where
     the device cannot address that start as a sub-buffer (its byte address not a multiple of
-    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a plain buffer): the caller then copies.
-    ``a`` itself where that is the whole of it."""
+    ``CL_DEVICE_MEM_BASE_ADDR_ALIGN``, or ``a`` not a buffer): the caller then copies.
+    ``a`` itself where that is the whole of it.
+
+    An array from the pool (:func:`temporary`) is addressed through its buffer object, and
+    the sub-array holds ``a``'s pooled buffer: the pool would hand that memory to its next
+    allocation once nothing holds it (an OpenCL sub-buffer keeps only the buffer object alive,
+    which the pool keeps anyway), e.g. while a layer still reads its initial states through
+    a part of an input uploaded into pooled memory."""
     if not offset and not a.offset and tuple(a.shape) == tuple(shape):
         return a            # the whole array: itself (no sub-buffer to make)
     size = math.prod(int(n) for n in shape)
     start = a.offset + int(offset) * a.dtype.itemsize
     align = _asked_once(device, "_pyrnn_align", _base_align_of)
-    if size == 0 or start % align or not isinstance(a.base_data, cl.Buffer):
+    base = a.base_data
+    if size == 0 or start % align or base is None:
         return None
     nbytes = size * a.dtype.itemsize
-    if start + nbytes > a.base_data.size:
+    if start + nbytes > base.size:
         raise ValueError(f"sub_array: elements [{offset}, {offset + size}) lie outside an array "
                          f"of {a.size}")
-    return empty(device.queue, shape, a.dtype, data=a.base_data.get_sub_region(start, nbytes))
+    pooled = None
+    if not isinstance(base, cl.Buffer):       # (pyopencl's PooledBuffer: no sub-regions)
+        try:
+            pooled, base = base, cl.Buffer.from_int_ptr(base.int_ptr, retain=True)
+        except (AttributeError, TypeError, cl.Error):
+            return None
+    part = empty(device.queue, shape, a.dtype, data=base.get_sub_region(start, nbytes))
+    if pooled is not None:
+        part._pyrnn_pooled = pooled           # (the memory stays out of the pool meanwhile)
+    return part
 
 
 def check_in_order(device) -> None:
@@ -546,6 +592,8 @@ class Call:
         self.storage = dtype
         self.dtype = self.device.check_dtype(compute_dtype(dtype))
         self.queue = self.device.queue
+        if self.numpy_out and not shares_host_memory(self.device):
+            results_scope.device = self.device      # (until the op returns: entry_point)
         #: the caller's host arrays read in place (:meth:`stored`), held until the call ends
         self._in_place: list[cla.Array] = []
         # device arrays are checked here, before any argument is copied or any kernel runs
@@ -630,13 +678,13 @@ class Call:
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
             if isinstance(a, np.ndarray):
-                a = _upload(self.queue, a, self.storage, self.numpy_out)
+                a = self._upload(a, self.storage)
             return a, True
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
-            return _upload(self.queue, a, self.dtype, self.numpy_out), False
+            return self._upload(a, self.dtype), False
         self._check_device_array(name, a)
         return _zero_offset(self.queue, a), False
 
@@ -676,7 +724,18 @@ class Call:
         check_memory(self.device, name, [a.nbytes])
         if a.size == 0:
             return cla.empty(self.queue, a.shape, self.storage)
-        return _upload(self.queue, a, self.storage, self.numpy_out)
+        return self._upload(a, self.storage)
+
+    def _upload(self, a: np.ndarray, dtype) -> cla.Array:
+        """The host array ``a`` as a new device array of ``dtype``: from the pool in a call
+        whose results stay inside pyrnn_cl (:func:`results_stay`; the copy is then enqueued
+        without waiting, as the call waits for its results), else :func:`_upload`'s."""
+        if self.numpy_out and results_stay(self.device) and a.size:
+            host = np.ascontiguousarray(a, dtype=dtype)
+            out = temporary(self.device, host.shape, host.dtype)
+            out.set(host, async_=True)          # (pyopencl holds `host` until it is copied)
+            return out
+        return _upload(self.queue, a, dtype, self.numpy_out)
 
     def host(self, name, a):
         """``a`` as a NumPy array (a device array is read back)."""
@@ -686,6 +745,8 @@ class Call:
 
     def zeros(self, shape):
         self._check_alloc(shape)
+        if results_stay(self.device):
+            return fill(temporary(self.device, shape, self.dtype), 0)
         return cla.zeros(self.queue, shape, self.dtype)
 
     def empty(self, shape, dtype=None, own=False):
@@ -697,13 +758,17 @@ class Call:
         docs/benchmarks.md). ``dtype``: the call's storage dtype instead, for a result that
         kernels write narrowed themselves (a new array, returned as it is), or for a copy of
         part of a stored argument. ``own``: a buffer of its own even so, never pooled (whose
-        parts :func:`sub_array` can address)."""
+        parts :func:`sub_array` can address). Where the results stay inside pyrnn_cl
+        (:func:`results_stay`), every result but an ``own`` one comes from the pool."""
+        pooled = not own and results_stay(self.device)
         if dtype is not None and np.dtype(dtype) != self.dtype:
             assert np.dtype(dtype) == self.storage, dtype
             self._check_alloc(shape, self.storage)
+            if pooled:
+                return temporary(self.device, shape, self.storage)
             return empty(self.queue, shape, self.storage)
         self._check_alloc(shape)
-        if self.converts and not own:
+        if (self.converts and not own) or pooled:
             return temporary(self.device, shape, self.dtype)
         return empty(self.queue, shape, self.dtype)
 
@@ -720,7 +785,7 @@ class Call:
         if host.size and (host.min() < 0 or host.max() > high):
             raise ValueError(f"{name}: values must lie in [0, {high}], got min {host.min()} "
                              f"and max {host.max()}")
-        return _upload(self.queue, host, np.int32, self.numpy_out)
+        return self._upload(host, np.int32)
 
     # -- outputs ----------------------------------------------------------------------------
 

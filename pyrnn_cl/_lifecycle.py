@@ -80,6 +80,12 @@ if hasattr(os, "register_at_fork"):   # POSIX; Windows has no fork
 _calls = threading.Condition()
 _running = {"calls": 0, "exiting": False}   # ops in progress in threads other than the main one
 _depth = threading.local()
+#: per thread: the device of the running op whose results stay inside pyrnn_cl (the op reads
+#: them back to NumPy before it returns, or pyrnn_cl's own torch bridge reads and drops them),
+#: else unset or None. ``_arrays.Call`` sets it, :func:`entry_point` restores it when the op
+#: returns, ``_arrays.results_inside`` sets it around a block; read by
+#: ``_arrays.results_stay``.
+results_scope = threading.local()
 _never = threading.Event()   # never set: where other threads wait once exit has begun
 
 
@@ -105,19 +111,24 @@ def entry_point(func: _F) -> _F:
     thread other than the main one, count it as running until it returns, for the exit hook.
     The main thread is not counted: the exit hook runs in it, so none of its ops is running
     then, and a ``KeyboardInterrupt`` (delivered to the main thread only) cannot leave a count
-    behind. Nested ops count once."""
+    behind. Nested ops count once. The thread's :data:`results_scope` is what it was before
+    the op, once the op returns or raises."""
     @functools.wraps(func)
     def op(*args, **kwargs):
         check_not_forked()
-        if getattr(_depth, "n", 0) or threading.current_thread() is threading.main_thread():
-            return func(*args, **kwargs)
-        _enter()
-        _depth.n = 1
+        outer = getattr(results_scope, "device", None)
         try:
-            return func(*args, **kwargs)
+            if getattr(_depth, "n", 0) or threading.current_thread() is threading.main_thread():
+                return func(*args, **kwargs)
+            _enter()
+            _depth.n = 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _depth.n = 0
+                _leave()
         finally:
-            _depth.n = 0
-            _leave()
+            results_scope.device = outer
     return cast(_F, op)
 
 

@@ -62,7 +62,7 @@ import numpy as np
 import pyopencl.array as cla
 
 from . import engine
-from ._arrays import Call, check_float, check_int, check_rank, check_shape
+from ._arrays import Call, check_float, check_int, check_rank, check_shape, copied_at_creation
 from ._lifecycle import entry_point
 from ._types import Array, DeviceArg
 from .cells import ACTIVATIONS, PEEP_NONE, PEEP_TF, CellSpec
@@ -419,7 +419,7 @@ class _LSTM:
             if self.forget_bias != 0.0:
                 if self.bias is b:      # the caller's device array: never modify an input
                     self.bias = self.bias.copy(queue=q.queue)
-                fb = cla.to_device(q.queue, np.full(1, self.forget_bias, q.dtype))
+                fb = copied_at_creation(q.queue, np.full(1, self.forget_bias, q.dtype))
                 engine.copy3(q.device, q.dtype, self.bias, layout["f"] * H, (0, 0, 1), fb, 0,
                              (0, 0, 0), (1, 1, H), beta=1.0)
         self.peep = None
@@ -429,7 +429,7 @@ class _LSTM:
                 _copy_cols(q, self.peep, GH, layout[gate] * H, a, H, 0, 1, H)
         self.lens = None
         if self.n_valid < T:
-            self.lens = cla.to_device(q.queue, np.full(max(N, 1), self.n_valid, np.int32))
+            self.lens = copied_at_creation(q.queue, np.full(max(N, 1), self.n_valid, np.int32))
 
     # -- forward ----------------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from . import cudnn as _cudnn
 from . import sources as _sources
-from ._arrays import read_host, shares_host_memory, temporary, wrap_host
+from ._arrays import read_host, results_inside, shares_host_memory, temporary, wrap_host
 from ._types import DeviceArg
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError, UnsupportedError
@@ -276,6 +276,15 @@ def _read(dev, reads, wait=True) -> list:
     with cores of its own, work done meanwhile overlaps the device's instead of running with
     it idle (on PoCL, whose workers share the host's cores, this measured neutral)."""
     return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev), wait)]
+
+
+def _ops_inside(dev):
+    """Around the bridge's calls of the cuDNN-dialect ops: their results come from the pool
+    (``_arrays.results_inside``) on a device whose memory is not the host's, where the bridge
+    copies every result into a tensor (or keeps it for the backward) and drops it; where the
+    memory is the host's, results are mapped into tensors in place and keep buffers of their
+    own."""
+    return contextlib.nullcontext() if shares_host_memory(dev) else results_inside(dev)
 
 
 class _ParamsEntry:
@@ -526,8 +535,9 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
         st.h0, st.c0 = _upload(dev, h0), (_upload(dev, c0) if lstm else None)
 
     def run():
-        return _cudnn.cudnn_rnn(st.x, st.h0, st.c0, st.params, _lengths(lengths),
-                                is_training=training, **attrs.kwargs(seeds, dev))
+        with _ops_inside(dev):
+            return _cudnn.cudnn_rnn(st.x, st.h0, st.c0, st.params, _lengths(lengths),
+                                    is_training=training, **attrs.kwargs(seeds, dev))
 
     st.params = _in_place_params(dev, slots, lay.size, params)
     if st.params is not None:                   # the parameters' own memory: always current
@@ -569,9 +579,11 @@ def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_st
         got.append(_tensor(np.frombuffer(known, np.int8).copy()))
     if prepare and training and _prepares_backward(dev):
         try:
-            state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0, state.params,
-                                                 _lengths(lengths), state.reserve, host_d,
-                                                 **attrs.kwargs(seeds, dev))
+            with _ops_inside(dev):
+                state.plan = _cudnn._prepare_backprop(state.x, state.h0, state.c0,
+                                                     state.params, _lengths(lengths),
+                                                     state.reserve, host_d,
+                                                     **attrs.kwargs(seeds, dev))
         except (UnsupportedError, cl.MemoryError):
             # the backward's memory does not fit beside the forward's results now: the forward
             # still succeeds, and the backward, if one comes, builds its plan (or says so) then
@@ -600,11 +612,13 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
     plan, st.plan = st.plan, None           # (a prepared backprop runs once)
     if plan is not None:
         STATS["backward_prepared"] += 1
-        dx, dh0, dc0, dparams = _cudnn._run_backprop(plan, *uploads)
+        with _ops_inside(dev):
+            dx, dh0, dc0, dparams = _cudnn._run_backprop(plan, *uploads)
     else:
-        dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
-            st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None, *uploads,
-            st.reserve, _numpy(host_reserved), **attrs.kwargs(seeds, dev))
+        with _ops_inside(dev):
+            dx, dh0, dc0, dparams = _cudnn.cudnn_rnn_backprop(
+                st.x, st.h0, st.c0, st.params, _lengths(lengths), None, None, None, *uploads,
+                st.reserve, _numpy(host_reserved), **attrs.kwargs(seeds, dev))
     # each parameter's gradient is its run of dparams
     slots = attrs.slots()[1]
     if not params_grad:

@@ -633,12 +633,18 @@ def test_whole_sequence_kernels_at_mid_sizes(device, monkeypatch, cell):
     assert {name for name, _ in launched} == {"pyrnn_fwd_seq", "pyrnn_bwd_seq"}
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["device-arrays", "numpy"])
 @pytest.mark.parametrize("training", [False, True])
-def test_results_an_inference_forward_drops_come_from_the_pool(device, monkeypatch, training):
+def test_results_an_inference_forward_drops_come_from_the_pool(device, monkeypatch, training,
+                                                               host):
     """An MPSGraph LSTM forward that returns only h (inference) takes the saved gates and the
     cell states it does not return from the pool (fresh pages per call cost Intel's CPU
-    runtime 0.7-0.9 ms of a 3 ms tiny LSTM forward); a training forward, which returns them,
-    gets arrays of its own. h equals the float64 reference either way."""
+    runtime 0.7-0.9 ms of a 3 ms tiny LSTM forward); a training forward on device arrays,
+    which returns them, gets arrays of its own. With NumPy arrays on a device whose memory is
+    not the host's, every result is copied back before the call returns, so they all come from
+    the pool (``_arrays.results_stay``; where the memory is the host's, results are mapped in
+    place and keep buffers of their own). h and c equal the float64 reference each way (the
+    saved gates are the implementation's own)."""
     pooled = []
     real = engine.temporary
 
@@ -650,14 +656,20 @@ def test_results_an_inference_forward_drops_come_from_the_pool(device, monkeypat
     T, N, I, H = 7, 5, 3, 11
     a = S.layer_inputs("lstm", S.Shape("p", T=T, N=N, I=I, H=H),
                        present=("input_weight", "bias", "init_state", "init_cell"))
-    got = rc.lstm(**{k: v.astype(np.float32) for k, v in a.items()},
-                  descriptor=rc.LSTMDescriptor(training=training), device=device)
+    args = {k: v.astype(np.float32) for k, v in a.items()}
+    if not host:
+        args = {k: cla.to_device(device.queue, v) for k, v in args.items()}
+    got = rc.lstm(**args, descriptor=rc.LSTMDescriptor(training=training), device=device)
+    got = [g if isinstance(g, np.ndarray) else g.get() for g in got]
+    all_pooled = host and not rc._arrays.shares_host_memory(device)
     sav, cs = {(T, N, 4 * H), (T * N, 4 * H)}, (T, N, H)
-    assert bool(sav & set(pooled)) == (not training), pooled
-    assert (cs in pooled) == (not training), pooled
+    assert bool(sav & set(pooled)) == (all_pooled or not training), pooled
+    assert (cs in pooled) == (all_pooled or not training), pooled
+    assert ((T, N, H) in pooled) == (all_pooled or not training), pooled
     want = M.lstm(**a, descriptor=rc.LSTMDescriptor(training=training))
     assert len(got) == len(want) == (3 if training else 1)
-    assert_close(got[0], want[0], np.float32, "lstm forward h")
+    for k, (g, w) in enumerate(zip(got[:2], want[:2])):
+        assert_close(g, w, np.float32, f"lstm forward result {k}")
 
 
 @pytest.mark.parametrize("per_step", [False, True], ids=["whole-sequence", "per-step"])

@@ -184,3 +184,137 @@ def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
                                     **kw, device=device)
         for a, b in zip(want, got):
             np.testing.assert_array_equal(a.get(), b.get())
+
+
+# ---- results that stay inside pyrnn_cl come from the pool -------------------------------------
+
+def _fresh_allocations(monkeypatch):
+    """A list of the bytes of every device array allocated from now on without the pool: a
+    ``pyopencl.array.Array`` made without existing data (``empty``, ``zeros``, ``to_device``,
+    copies). Buffers made with their values (``copied_at_creation``), views and sub-buffers
+    are not such allocations."""
+    fresh: list[int] = []
+    init = cla.Array.__init__
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if kwargs.get("data", args[5] if len(args) > 5 else None) is None and self.nbytes:
+            fresh.append(self.nbytes)
+
+    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    return fresh
+
+
+def _numpy_calls(dialect, device):
+    """A function running forward and backward of ``dialect`` on NumPy arrays (a two-layer
+    bidirectional LSTM with lengths; an LSTM layer; BlockLSTM with peepholes) and returning
+    every result."""
+    rng = np.random.default_rng(12)
+    T, L = 5, 2
+    x, h0, c0 = _random(rng, T, N, I), _random(rng, 2 * L, N, H), _random(rng, 2 * L, N, H)
+    ups = _random(rng, T, N, 2 * H), _random(rng, 2 * L, N, H), _random(rng, 2 * L, N, H)
+    if dialect == "cudnn":
+        kw = dict(rnn_mode="lstm", direction="bidirectional")
+        params = _random(rng, rc.cudnn_rnn_params_size(L, H, I, **kw), scale=0.3)
+        lens = np.array([5, 2, 0, 3, 1], np.int32)
+
+        def run():
+            out = rc.cudnn_rnn(x, h0, c0, params, lens, **kw, device=device)
+            return list(out) + list(rc.cudnn_rnn_backprop(x, h0, c0, params, lens, *out[:3],
+                                                          *ups, *out[3:], **kw, device=device))
+    elif dialect == "mps":
+        R, W, b = (_random(rng, 4 * H, H, scale=0.3), _random(rng, 4 * H, I, scale=0.3),
+                   _random(rng, 4 * H))
+        desc = rc.LSTMDescriptor(training=True)
+
+        def run():
+            out = rc.lstm(x, R, W, b, h0[0], c0[0], descriptor=desc, device=device)
+            return out + rc.lstm_gradients(x, R, ups[0][..., :H].copy(), out[2], out[1], W, b,
+                                           h0[0], c0[0], descriptor=desc, device=device)
+    else:
+        w, b = _random(rng, I + H, 4 * H, scale=0.3), _random(rng, 4 * H)
+        peep = [_random(rng, H) for _ in range(3)]
+
+        def run():
+            out = rc.block_lstm(T - 1, x, h0[0], c0[0], w, *peep, b, forget_bias=0.5,
+                                use_peephole=True, device=device)
+            return list(out) + list(rc.block_lstm_grad(
+                T - 1, x, h0[0], c0[0], w, *peep, b, *out, ups[0][..., :H].copy(),
+                ups[0][..., H:].copy(), use_peephole=True, device=device))
+    return run
+
+
+@pytest.mark.parametrize("dialect", ["cudnn", "mps", "tf"])
+def test_numpy_calls_allocate_from_the_pool_where_memory_is_not_the_hosts(device, monkeypatch,
+                                                                           dialect):
+    """On a device whose memory is not the host's (forced here; Intel's CPU runtime, GPUs), an
+    op on NumPy arrays copies every result back before it returns, so its uploads, results
+    and reserve space come from the pool (``_arrays.results_stay``): after a first call, a
+    forward and its backward allocate no device buffer of their own (a fresh buffer per result
+    and call cost Intel's CPU runtime ~650 page faults and 1.7 ms of system time per tiny LSTM
+    training forward), with exactly the numbers of a run on fresh buffers."""
+    from pyrnn_cl import _arrays, engine
+
+    monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
+    run = _numpy_calls(dialect, device)
+    run()                                   # (fills the pool)
+    fresh = _fresh_allocations(monkeypatch)
+    got = run()
+    assert fresh == [], fresh
+    for module in (_arrays, engine):
+        monkeypatch.setattr(module, "results_stay", lambda dev: False)
+    want = run()
+    assert fresh, "the run on fresh buffers allocated none: the check above proves nothing"
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pooled_results_end_with_the_op(device, monkeypatch):
+    """Pooled results are the op's own business: after an op on NumPy arrays (pooled, forced as
+    above) and after one that raised once it had begun, an op on device arrays returns results
+    in buffers of their own, which the caller may keep and use anywhere."""
+    import pyopencl as cl
+
+    from pyrnn_cl import _arrays
+    from pyrnn_cl.errors import ShapeError
+
+    monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
+    rng = np.random.default_rng(13)
+    T = 4
+    args = [_random(rng, T, N, I), _random(rng, 4 * H, H), _random(rng, 4 * H, I),
+            _random(rng, 4 * H), _random(rng, N, H), _random(rng, N, H)]
+    desc = rc.LSTMDescriptor(training=True)
+    rc.lstm(*args, descriptor=desc, device=device)
+    assert not _arrays.results_stay(device)
+    with pytest.raises(ShapeError):
+        rc.lstm(*args[:3], _random(rng, 3 * H), *args[4:], descriptor=desc, device=device)
+    assert not _arrays.results_stay(device)
+    out = rc.lstm(*[cla.to_device(device.queue, a) for a in args], descriptor=desc,
+                  device=device)
+    assert all(isinstance(a.base_data, cl.Buffer) for a in out), [type(a.base_data) for a in out]
+
+
+def test_sub_array_of_pooled_memory(device):
+    """``sub_array`` addresses a part of a pooled array (``pyopencl.tools.MemoryPool``'s
+    buffers have no sub-regions of their own) in place: writes through the part show in the
+    array; and the part keeps that memory out of the pool once the array is dropped (as a
+    backprop's layers read their initial states through parts of an uploaded input: handed
+    to the next allocation, they were overwritten)."""
+    from pyrnn_cl import _arrays
+
+    step = _arrays._base_align_of(device) // 4          # elements per alignment unit
+    a = _arrays.temporary(device, (4 * step,), np.float32)
+    a.set(np.arange(4 * step, dtype=np.float32))
+    part = _arrays.sub_array(device, a, step, (2 * step,))
+    assert part is not None
+    np.testing.assert_array_equal(part.get(), np.arange(step, 3 * step, dtype=np.float32))
+    part.fill(-1.0)
+    want = np.arange(4 * step, dtype=np.float32)
+    want[step:3 * step] = -1.0
+    np.testing.assert_array_equal(a.get(), want)
+    del a
+    others = [_arrays.temporary(device, (4 * step,), np.float32) for _ in range(4)]
+    for other in others:
+        other.fill(7.0)
+    np.testing.assert_array_equal(part.get(), np.full(2 * step, -1.0, np.float32))
