@@ -144,9 +144,21 @@ def test_run_bench_structure(device):
 
 def test_run_bench_host_inputs(device, monkeypatch):
     """``host_inputs``: our ops get NumPy arrays (never a device array), in both dialects, and
-    still compute the network PyTorch computes."""
+    still compute the network PyTorch computes, on the bench's device: every op call names it
+    (NumPy arrays carry no device; without ``device=`` the calls ran on the default device,
+    PoCL, whatever ``--device`` said)."""
     import pyopencl.array as cla
 
+    from pyrnn_cl import _arrays
+
+    calls = []
+    real_call = _arrays.Call.__init__
+
+    def named(self, arrays, device_arg=None):
+        calls.append(device_arg)
+        real_call(self, arrays, device_arg)
+
+    monkeypatch.setattr(_arrays.Call, "__init__", named)
     seen = []
     real = bench._Ours._mps_forward_layer
 
@@ -164,6 +176,7 @@ def test_run_bench_host_inputs(device, monkeypatch):
         if HAS_TORCH:
             assert entry["max_abs_diff_vs_torch"] < 1e-4, entry["config"]["name"]
     assert "NumPy arrays (host transfers timed)" in bench.format_table(result)
+    assert calls and all(d is device for d in calls), calls
     assert not any(isinstance(v, cla.Array) for v in vars(bench._Ours(
         TINY[3], bench._make_weights(TINY[3]), np.zeros((3, 2, 4), np.float32),
         np.zeros((3, 2, 16), np.float32), device, use_cudnn=True, host_inputs=True)).values())

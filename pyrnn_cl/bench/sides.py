@@ -23,7 +23,8 @@ class _Ours:
         q = device.queue
         self.queue = q
         # host_inputs: NumPy arrays in and out, as a user's first call passes them (every
-        # transfer is then inside the timed call); else arrays already on the device
+        # transfer is then inside the timed call); else arrays already on the device. Every
+        # call names `device` (NumPy arrays do not: without it they ran on the default device)
         # every floating argument in the storage dtype of the run (the reference weights and
         # inputs are float32; 16-bit runs round them once here, outside the timed calls)
         self.dtype = storage = _storage_dtype(dtype)
@@ -64,26 +65,25 @@ class _Ours:
 
     def _mps_forward_layer(self, src, p, training):
         rc, cell = self.rc, self.cfg.cell
-        desc = self._desc(training)
+        kw = dict(descriptor=self._desc(training), device=self.device)
         if cell == "lstm":
-            return rc.lstm(src, p["R"], p["W"], p["b"], descriptor=desc)
+            return rc.lstm(src, p["R"], p["W"], p["b"], **kw)
         if cell == "gru":
-            return rc.gru(src, p["R"], p["W"], p["b"], secondary_bias=p["b2"], descriptor=desc)
-        return rc.single_gate_rnn(src, p["R"], p["W"], p["b"], descriptor=desc)
+            return rc.gru(src, p["R"], p["W"], p["b"], secondary_bias=p["b2"], **kw)
+        return rc.single_gate_rnn(src, p["R"], p["W"], p["b"], **kw)
 
     def _mps_gradients_layer(self, src, p, dy, saved):
         rc, cell = self.rc, self.cfg.cell
-        desc = self._desc(True)
+        kw = dict(descriptor=self._desc(True), device=self.device)
         if cell == "lstm":
             y, cs, z = saved
-            return rc.lstm_gradients(src, p["R"], dy, z, cs, p["W"], p["b"], descriptor=desc)
+            return rc.lstm_gradients(src, p["R"], dy, z, cs, p["W"], p["b"], **kw)
         if cell == "gru":
             y, z = saved
             return rc.gru_gradients(src, p["R"], dy, z, y, p["W"], p["b"],
-                                    secondary_bias=p["b2"], descriptor=desc)
+                                    secondary_bias=p["b2"], **kw)
         y, z = saved
-        return rc.single_gate_rnn_gradients(src, p["R"], dy, z, p["W"], p["b"],
-                                            descriptor=desc)
+        return rc.single_gate_rnn_gradients(src, p["R"], dy, z, p["W"], p["b"], **kw)
 
     def _mps_forward(self, training):
         src, saved = self.x, []
@@ -130,13 +130,13 @@ class _Ours:
 
     def _cudnn_forward(self, training):
         return self.rc.cudnn_rnn(self.x, self.h0, self.c0, self.params, is_training=training,
-                                 **self._cudnn_kwargs())
+                                 device=self.device, **self._cudnn_kwargs())
 
     def _cudnn_fwd_bwd(self):
         out, out_h, out_c, reserve, host_reserved = self._cudnn_forward(True)
         return self.rc.cudnn_rnn_backprop(
             self.x, self.h0, self.c0, self.params, None, out, out_h, out_c, self.dy, None, None,
-            reserve, host_reserved, **self._cudnn_kwargs())
+            reserve, host_reserved, device=self.device, **self._cudnn_kwargs())
 
     # -- timed callables -------------------------------------------------------------------
 
