@@ -51,7 +51,9 @@ def _calls(cell: str, H: int, I: int, N: int, T: int, device):
     op, grad, desc = {
         "lstm": (rc.lstm, rc.lstm_gradients, rc.LSTMDescriptor),
         "gru": (rc.gru, rc.gru_gradients, rc.GRUDescriptor),
-    }.get(cell, (rc.single_gate_rnn, rc.single_gate_rnn_gradients, rc.SingleGateRNNDescriptor))
+    }.get(cell, (rc.single_gate_rnn, rc.single_gate_rnn_gradients,
+                 lambda training: rc.SingleGateRNNDescriptor(training=training,
+                                                             activation="relu")))
     out = []
     for kind in ("NumPy", "device arrays"):
         a = host if kind == "NumPy" else {k: cla.to_device(q, v) for k, v in host.items()}
@@ -82,7 +84,8 @@ def _calls(cell: str, H: int, I: int, N: int, T: int, device):
     except ImportError:
         return out
     module = {"lstm": rt.LSTM, "gru": rt.GRU}.get(cell)
-    m = module(I, H, cl_device=device) if module else rt.RNN(I, H, cl_device=device)
+    m = (module(I, H, cl_device=device) if module
+         else rt.RNN(I, H, nonlinearity="relu", cl_device=device))
     xt, dyt = torch.from_numpy(host["x"]), torch.from_numpy(host["dy"])
     params = list(m.parameters())
 
