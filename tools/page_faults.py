@@ -1,10 +1,10 @@
 """Page faults and time per op call, per kind of input (a developer's tool).
 
-    python tools/page_faults.py [--device SPEC] [--calls N] CELL:HxIxNxT ...
+    python tools/page_faults.py [--device SPEC] [--rounds N] CELL:HxIxNxT ...
 
 For each shape, the MPSGraph-dialect forward (inference and training) and gradients, on NumPy
 arrays and on device arrays, and ``pyrnn_cl.torch``'s forward+backward: the median time of
-``--calls`` calls after five warm ones, and the process's minor page faults per call
+``--rounds`` calls after five warm ones, and the process's minor page faults per call
 (``getrusage``; every thread's, the device's included). What it shows: memory that an
 implementation gives back to the system when a buffer is released and faults in again when a
 new buffer is first written (Intel's CPU runtime; docs/benchmarks.md, "Intel's runtime: results
@@ -13,7 +13,6 @@ from the pool"). A call whose buffers come from pyrnn_cl's pool makes none after
 
 from __future__ import annotations
 
-import argparse
 import resource
 import statistics
 import sys
@@ -96,28 +95,20 @@ def _calls(cell: str, H: int, I: int, N: int, T: int, device):
     return out + [("pyrnn_cl.torch forward+backward", bridge)]
 
 
-def main(argv=None) -> int:
-    sys.path[:0] = [".", "tools"]
+def _measure_shape(shape: str, device, calls: int) -> None:
     from pyrnn_cl.bench.configs import _shape_config
-    from pyrnn_cl.devices import get_device
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("shapes", nargs="+", metavar="CELL:HxIxNxT")
-    p.add_argument("--device", default=None)
-    p.add_argument("--calls", type=int, default=30)
-    args = p.parse_args(argv)
-    device = get_device(args.device)
-    print(f"device: {device.info.name} ({device.info.platform_name})")
-    for shape in args.shapes:
-        cfg = _shape_config(shape)
-        if cfg is None:
-            p.error(f"not a shape: {shape!r}")
-        for label, fn in _calls(cfg.cell, cfg.H, cfg.I, cfg.N, cfg.T, device):
-            seconds, faults = _measure(fn, args.calls)
-            print(f"{shape:20s} {label:32s} {seconds * 1e3:9.3f} ms  {faults:8.0f} faults/call",
-                  flush=True)
-    return 0
+    cfg = _shape_config(shape)
+    if cfg is None:
+        raise SystemExit(f"not a shape: {shape!r} (CELL:HxIxNxT)")
+    for label, fn in _calls(cfg.cell, cfg.H, cfg.I, cfg.N, cfg.T, device):
+        seconds, faults = _measure(fn, calls)
+        print(f"{shape:20s} {label:32s} {seconds * 1e3:9.3f} ms  {faults:8.0f} faults/call",
+              flush=True)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path[:0] = [".", "tools"]
+    from bridge_prepare_ab import shape_main
+
+    raise SystemExit(shape_main(__doc__, _measure_shape))
