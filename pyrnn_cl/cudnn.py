@@ -61,6 +61,7 @@ from ._arrays import (
     is_array,
     narrow_many,
     sub_array,
+    temporary,
     widen_many,
     widen_runs,
 )
@@ -262,7 +263,7 @@ def cudnn_dropout_mask(shape: Sequence[int], layer: int, dropout: float, *, seed
     dt = dev.check_dtype(compute_dtype(storage))
     if T * N * W == 0:
         return np.zeros((T, N, W), storage)
-    ones = cla.to_device(dev.queue, np.ones((T, N, W), dt))
+    ones = fill(temporary(dev, (T, N, W), dt), 1)      # (read back below: from the pool)
     _dropout(dev, dt, ones, ones, T, N, W, layer, p, check_int("seed", seed),
              check_int("seed2", seed2))
     return ones.get().astype(storage)
