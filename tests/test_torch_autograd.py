@@ -323,6 +323,49 @@ def test_params_read_in_place(device, eager, monkeypatch):
     assert len({p.untyped_storage().data_ptr() for p in half.parameters()}) == 1
 
 
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_bridge_results_from_the_pool_where_memory_is_not_the_hosts(device, path, monkeypatch,
+                                                                      cls):
+    """On a device whose memory is not the host's (forced here; Intel's CPU runtime, GPUs) the
+    bridge copies every result of its cuDNN-dialect calls into tensors (or keeps the reserve
+    space for its backward) and drops it, so those results come from the pool
+    (``_arrays.results_inside``): after a first step, forward and backward allocate no device
+    buffer of their own, and the gradients still equal torch.nn's, over three training steps
+    with two layers, bidirectional, h0 and c0 given."""
+    import pyopencl.array as cla
+
+    from pyrnn_cl import _arrays
+
+    for module in (_arrays, rt):
+        monkeypatch.setattr(module, "shares_host_memory", lambda dev: False)
+    ours, ref = _pair(cls, device, num_layers=2, bidirectional=True)
+    x = torch.randn(T, N, I, dtype=F64)
+    states = [torch.randn(4, N, H, dtype=F64) for _ in range(2 if cls == "LSTM" else 1)]
+
+    def step(m):
+        xx = x.clone().requires_grad_(True)
+        hx = tuple(s.clone().requires_grad_(True) for s in states)
+        y, _ = m(xx, hx if cls == "LSTM" else hx[0])
+        grads = torch.autograd.grad(y.pow(2).sum(), [xx, *hx, *m.parameters()])
+        return [y.detach(), *grads]
+
+    step(ours)                                  # (fills the pool and the parameter cache)
+    fresh: list[int] = []
+    init = cla.Array.__init__
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if kwargs.get("data", args[5] if len(args) > 5 else None) is None and self.nbytes:
+            fresh.append(self.nbytes)
+
+    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    for _ in range(3):
+        got, want = step(ours), step(ref)
+        for a, b in zip(got, want):
+            assert _err(a, b) <= TOL
+    assert fresh == [], fresh
+
+
 def test_reserve_kept_on_device_equals_rebuilt(device, monkeypatch):
     """Through the operators, the backward reads the forward's reserve space from the device
     (no recompute); a backward that finds none rebuilds it by running the forward again: same
