@@ -20,7 +20,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import mps as TM
 from helpers import shapes as S
-from helpers.device import override_tuning, track_device_arrays
+from helpers.device import fresh_allocations, override_tuning, track_device_arrays
 
 N, I, H = 5, 3, 8
 SHORT, LONG = 6, 60
@@ -188,23 +188,6 @@ def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
 
 # ---- results that stay inside pyrnn_cl come from the pool -------------------------------------
 
-def _fresh_allocations(monkeypatch):
-    """A list of the bytes of every device array allocated from now on without the pool: a
-    ``pyopencl.array.Array`` made without existing data (``empty``, ``zeros``, ``to_device``,
-    copies). Buffers made with their values (``copied_at_creation``), views and sub-buffers
-    are not such allocations."""
-    fresh: list[int] = []
-    init = cla.Array.__init__
-
-    def tracked(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        if kwargs.get("data", args[5] if len(args) > 5 else None) is None and self.nbytes:
-            fresh.append(self.nbytes)
-
-    monkeypatch.setattr(cla.Array, "__init__", tracked)
-    return fresh
-
-
 def _numpy_calls(dialect, device):
     """A function running forward and backward of ``dialect`` on NumPy arrays (a two-layer
     bidirectional LSTM with lengths; an LSTM layer; BlockLSTM with peepholes) and returning
@@ -258,7 +241,7 @@ def test_numpy_calls_allocate_from_the_pool_where_memory_is_not_the_hosts(device
     monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
     run = _numpy_calls(dialect, device)
     run()                                   # (fills the pool)
-    fresh = _fresh_allocations(monkeypatch)
+    fresh = fresh_allocations(monkeypatch)
     got = run()
     assert fresh == [], fresh
     for module in (_arrays, engine):

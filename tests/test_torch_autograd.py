@@ -332,8 +332,7 @@ def test_bridge_results_from_the_pool_where_memory_is_not_the_hosts(device, path
     (``_arrays.results_inside``): after a first step, forward and backward allocate no device
     buffer of their own, and the gradients still equal torch.nn's, over three training steps
     with two layers, bidirectional, h0 and c0 given."""
-    import pyopencl.array as cla
-
+    from helpers.device import fresh_allocations
     from pyrnn_cl import _arrays
 
     for module in (_arrays, rt):
@@ -350,15 +349,7 @@ def test_bridge_results_from_the_pool_where_memory_is_not_the_hosts(device, path
         return [y.detach(), *grads]
 
     step(ours)                                  # (fills the pool and the parameter cache)
-    fresh: list[int] = []
-    init = cla.Array.__init__
-
-    def tracked(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        if kwargs.get("data", args[5] if len(args) > 5 else None) is None and self.nbytes:
-            fresh.append(self.nbytes)
-
-    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    fresh = fresh_allocations(monkeypatch)
     for _ in range(3):
         got, want = step(ours), step(ref)
         for a, b in zip(got, want):

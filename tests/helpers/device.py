@@ -40,6 +40,25 @@ def override_tuning(device, monkeypatch, family="recurrence", **values):
     monkeypatch.setattr(device, "tuning", tuning)
 
 
+def fresh_allocations(monkeypatch) -> list[int]:
+    """A list of the bytes of every device array allocated from now on without the pool: a
+    ``pyopencl.array.Array`` made without existing data (``empty``, ``zeros``, ``to_device``,
+    copies). Buffers made with their values (``copied_at_creation``), pooled arrays, views and
+    sub-buffers are not such allocations."""
+    import pyopencl.array as cla
+
+    fresh: list[int] = []
+    init = cla.Array.__init__
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if kwargs.get("data", args[5] if len(args) > 5 else None) is None and self.nbytes:
+            fresh.append(self.nbytes)
+
+    monkeypatch.setattr(cla.Array, "__init__", tracked)
+    return fresh
+
+
 def track_device_arrays(monkeypatch):
     """Count the bytes of every device array allocated from now on (``pyopencl.array.Array``
     created without existing data: ``empty``, ``zeros``, ``to_device``, copies; views and
