@@ -215,6 +215,21 @@ def results_stay(device) -> bool:
     return getattr(results_scope, "device", None) is device
 
 
+def result_array(device, shape, dtype) -> cla.Array:
+    """A new device array for a result of the running op: from the pool where its results
+    stay inside pyrnn_cl (:func:`results_stay`), else a buffer of its own."""
+    if results_stay(device):
+        return temporary(device, shape, dtype)
+    return empty(device.queue, shape, dtype)
+
+
+def result_zeros(device, shape, dtype) -> cla.Array:
+    """:func:`result_array`, filled with zeros."""
+    if results_stay(device):
+        return fill(temporary(device, shape, dtype), 0)
+    return cla.zeros(device.queue, shape, dtype)
+
+
 @contextlib.contextmanager
 def results_inside(device):
     """Within the block, ops on ``device`` in this thread allocate their results from the pool
@@ -745,9 +760,7 @@ class Call:
 
     def zeros(self, shape):
         self._check_alloc(shape)
-        if results_stay(self.device):
-            return fill(temporary(self.device, shape, self.dtype), 0)
-        return cla.zeros(self.queue, shape, self.dtype)
+        return result_zeros(self.device, shape, self.dtype)
 
     def empty(self, shape, dtype=None, own=False):
         """A new device array of the compute dtype for a result. In a call that converts, every
@@ -760,17 +773,17 @@ class Call:
         part of a stored argument. ``own``: a buffer of its own even so, never pooled (whose
         parts :func:`sub_array` can address). Where the results stay inside pyrnn_cl
         (:func:`results_stay`), every result but an ``own`` one comes from the pool."""
-        pooled = not own and results_stay(self.device)
         if dtype is not None and np.dtype(dtype) != self.dtype:
             assert np.dtype(dtype) == self.storage, dtype
-            self._check_alloc(shape, self.storage)
-            if pooled:
-                return temporary(self.device, shape, self.storage)
-            return empty(self.queue, shape, self.storage)
-        self._check_alloc(shape)
-        if (self.converts and not own) or pooled:
-            return temporary(self.device, shape, self.dtype)
-        return empty(self.queue, shape, self.dtype)
+            dtype = self.storage
+        else:
+            dtype = self.dtype
+        self._check_alloc(shape, dtype)
+        if own:
+            return empty(self.queue, shape, dtype)
+        if self.converts and dtype == self.dtype:
+            return temporary(self.device, shape, dtype)
+        return result_array(self.device, shape, dtype)
 
     def _check_alloc(self, shape, dtype=None):
         check_memory(self.device, f"an array of shape {list(shape)}",

@@ -47,11 +47,11 @@ import pyopencl.array as cla
 
 from ._arrays import (
     check_memory,
-    empty,
     fill,
     narrow_many,
     read_only_zeros,
-    results_stay,
+    result_array,
+    result_zeros,
     temporary,
     widen_many,
 )
@@ -225,19 +225,11 @@ def copy3(device, dtype, dst, d_off, d_strides, src, s_off, s_strides, shape, al
     enqueue_on(device, knl, (shape[2], shape[1], shape[0]))
 
 
-def _result(device, shape, dtype) -> cla.Array:
-    """A new array for a result: from the pool where the op's results stay inside pyrnn_cl
-    (``_arrays.results_stay``), else a buffer of its own."""
-    if results_stay(device):
-        return temporary(device, shape, dtype)
-    return empty(device.queue, shape, dtype)
-
-
 def input_projection(device, dtype, x, rows, width, weight, out_width, bias=None, out=None):
     """``gx = x W^T (+ b)``: ``x`` ``[rows][width]``, ``weight`` ``[out_width][width]``, bias
     ``[out_width]``; returns a new ``[rows][out_width]`` array, or ``out`` (one GEMM for every
     step, the bias added in its store)."""
-    gx = _result(device, (rows, out_width), dtype) if out is None else out
+    gx = result_array(device, (rows, out_width), dtype) if out is None else out
     gemm(device, dtype, rows, out_width, width, x, weight, gx, trans_b=True, bias=bias)
     return gx
 
@@ -430,14 +422,11 @@ class Recurrence:
         too, so they come from the pool as well, and so do the results of an op whose results
         stay inside pyrnn_cl (``_arrays.results_stay``: NumPy results, the torch bridge)."""
         dt = self.pack_dtype if name in PACKS else self.dtype
-        inside = results_stay(self.device)
         if zeros:
-            if inside:
-                return fill(temporary(self.device, shape, dt), 0)
-            return cla.zeros(self.device.queue, shape, dt)
+            return result_zeros(self.device, shape, dt)
         if pooled or self.weights != self.dtype:
             return temporary(self.device, shape, dt)
-        return _result(self.device, shape, dt)
+        return result_array(self.device, shape, dt)
 
     @property
     def pack_dtype(self) -> np.dtype:
@@ -810,7 +799,7 @@ class Recurrence:
         if self.weights == self.dtype:
             return {}
         return {name: given[name] if name in given
-                else _result(self.device, getattr(out, name).shape, self.weights)
+                else result_array(self.device, getattr(out, name).shape, self.weights)
                 for name in names if getattr(out, name) is not None}
 
     def _bit_args(self, mask: str, bits: dict[str, int], arrays: dict[str, cla.Array]

@@ -652,7 +652,8 @@ def test_results_an_inference_forward_drops_come_from_the_pool(device, monkeypat
         pooled.append(tuple(shape))
         return real(dev, shape, dtype)
 
-    monkeypatch.setattr(engine, "temporary", recording)
+    for module in (engine, rc._arrays):       # (the engine's and its results' pool requests)
+        monkeypatch.setattr(module, "temporary", recording)
     T, N, I, H = 7, 5, 3, 11
     a = S.layer_inputs("lstm", S.Shape("p", T=T, N=N, I=I, H=H),
                        present=("input_weight", "bias", "init_state", "init_cell"))
