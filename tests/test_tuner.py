@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +21,31 @@ TINY = BenchConfig("tiny-test", "lstm", 8, 5, 3, 4)
 TINY_GRU = BenchConfig("tiny-gru", "gru", 12, 7, 2, 3)
 
 
+class SimulatedClock:
+    """The tuner's stopwatch (``tuner.time.perf_counter``) made a counter that only the fake
+    workloads advance, by :meth:`sleep`: their planted times are what the tuner measures,
+    exactly, however loaded the machine (real sleeps overshot on a busy CI host and made a
+    1 ms workload read slower than a 4 ms one). Deadlines still follow the real clock."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    sim = SimulatedClock()
+    real = {k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(**dict(real,
+                                                                    perf_counter=sim.perf_counter)))
+    return sim
+
+
 @pytest.fixture
 def db(tmp_path, monkeypatch):
     monkeypatch.setenv("PYRNN_CL_CACHE_DIR", str(tmp_path / "cache"))
@@ -29,7 +55,7 @@ def db(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _plant(monkeypatch, device, planted, fault):
+def _plant(monkeypatch, clock, device, planted, fault):
     """Replace ``gemm`` so that under GEMM_TM == ``planted`` it misbehaves (``fault``: "wrong"
     zeroes the result, which also makes it the fastest; "build" raises a BuildError), while
     every other candidate is slowed down."""
@@ -41,17 +67,17 @@ def _plant(monkeypatch, device, planted, fault):
                 raise BuildError("planted build failure")
             _arrays.fill(c, 0)
             return None
-        time.sleep(0.002)
+        clock.sleep(0.002)
         return real(dev, dtype, m, n, k, a, b, c, **kw)
 
     monkeypatch.setattr(gemm_module, "gemm", gemm)
 
 
 @pytest.mark.parametrize("fault", ["wrong", "build"])
-def test_a_fast_wrong_or_failing_candidate_never_wins(device, db, monkeypatch, fault):
+def test_a_fast_wrong_or_failing_candidate_never_wins(device, db, clock, monkeypatch, fault):
     start = device.tuning("gemm")
     planted = next(v for v in (1, 2, 6, 8) if v != start["GEMM_TM"])
-    _plant(monkeypatch, device, planted, fault)
+    _plant(monkeypatch, clock, device, planted, fault)
     work = tuner.workloads(device, "gemm", [TINY])
     result = tuner.tune_family(device, "gemm", work, budget=60, repeat=1, start=start,
                                names=["GEMM_TM"])
@@ -117,7 +143,7 @@ def test_recurrence_candidates_are_checked_against_float64(device, db, monkeypat
             bad[0].check()
 
 
-def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
+def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db, clock):
     """A layer that only gets faster with whole-sequence kernels needs REC_SEQ_MAX_BYTES and
     REC_SEQ_STREAM_BYTES raised together (neither does anything alone): from limits that keep
     it off, the search still finds a setting that turns it on."""
@@ -131,7 +157,7 @@ def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
 
     def run():
         fits = _whole_sequence_fits(device.tuning("recurrence"), cus, r_bytes, cus)
-        time.sleep(0.001 if fits else 0.004)
+        clock.sleep(0.001 if fits else 0.004)
 
     work = [tuner.Workload("fake layer", run, lambda: None)]
     result = tuner.tune_family(device, "recurrence", work, budget=30, repeat=1, start=start,
@@ -141,7 +167,7 @@ def test_coupled_whole_sequence_thresholds_are_found_in_one_step(device, db):
 
 
 @pytest.mark.parametrize("with_uniform_gain", [True, False])
-def test_a_value_that_slows_one_workload_is_not_adopted(device, db, with_uniform_gain):
+def test_a_value_that_slows_one_workload_is_not_adopted(device, db, clock, with_uniform_gain):
     """An entry holds one value for every shape. A value that makes one workload 4x faster and
     another 1.4x slower wins on the geometric mean of the two, but is not adopted (it would be a
     regression for the second shape's users: tuner.MAX_LOSS); a value that is faster on both is,
@@ -158,7 +184,7 @@ def test_a_value_that_slows_one_workload_is_not_adopted(device, db, with_uniform
             value = device.tuning("recurrence")[name]
             if value == uniform and not with_uniform_gain:
                 value = start[name]
-            time.sleep(times.get(value, (0.004, 0.004))[i])
+            clock.sleep(times.get(value, (0.004, 0.004))[i])
         return tuner.Workload(f"layer {i}", run, lambda: None)
 
     result = tuner.tune_family(device, "recurrence", [workload(0), workload(1)], budget=30,
@@ -170,7 +196,7 @@ def test_a_value_that_slows_one_workload_is_not_adopted(device, db, with_uniform
         assert result.best == start and result.speedup == 1.0, result.best[name]
 
 
-def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
+def test_a_one_off_slow_reading_does_not_block_a_gain(device, db, clock):
     """A workload that reads slow once under a candidate (a shared machine) is timed again
     before the candidate is refused for slowing it: a real gain elsewhere is still adopted."""
     start = dict(device.tuning("recurrence"))
@@ -178,9 +204,6 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
     good = [v for v in tuner.choices(device, "recurrence", name, start) if v != start[name]][-1]
     looks = []
 
-    # (sleeps of tens of ms: on a loaded 2-core machine a 1 ms sleep overshot enough to hide
-    # the gain, and with 16 test processes on 16 cores 20 ms sleeps overshot the 10 % loss
-    # margin, 2 ms, in the second look)
     def workload(i):
         def run():
             t = 0.05
@@ -189,7 +212,7 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
                 if i == 1:
                     looks.append(1)
                     t = 0.1 if len(looks) <= 2 else t    # its first warm-up and timed run
-            time.sleep(t)
+            clock.sleep(t)
         return tuner.Workload(f"layer {i}", run, lambda: None)
 
     result = tuner.tune_family(device, "recurrence", [workload(0), workload(1)], budget=30,
@@ -197,7 +220,7 @@ def test_a_one_off_slow_reading_does_not_block_a_gain(device, db):
     assert result.best[name] == good and len(looks) > 2, (result.best[name], len(looks))
 
 
-def test_candidates_are_timed_beside_the_best_on_a_drifting_host(device, db):
+def test_candidates_are_timed_beside_the_best_on_a_drifting_host(device, db, clock):
     """The host slows down 2.5x after the starting values were timed (a shared machine): a
     candidate 30 % faster is still adopted, because it is timed beside the current best
     (tuner._evaluate_pair) rather than against the start's earlier times."""
@@ -211,7 +234,7 @@ def test_candidates_are_timed_beside_the_best_on_a_drifting_host(device, db):
         runs.append(1)
         slow = 2.5 if len(runs) > 2 else 1.0         # after the start's warm-up and timed run
         value = device.tuning("recurrence")[name]
-        time.sleep(0.01 * slow * (0.7 if value == faster else 1.0))
+        clock.sleep(0.01 * slow * (0.7 if value == faster else 1.0))
 
     work = [tuner.Workload("layer", run, lambda: None)]
     result = tuner.tune_family(device, "recurrence", work, budget=30, repeat=2, start=start,
@@ -219,7 +242,8 @@ def test_candidates_are_timed_beside_the_best_on_a_drifting_host(device, db):
     assert result.best[name] == faster and result.speedup > 1.2, (result.best, result.speedup)
 
 
-def test_float32_search_skips_float64_parameters_and_starts_with_whole_sequence(device, db):
+def test_float32_search_skips_float64_parameters_and_starts_with_whole_sequence(device, db,
+                                                                               clock):
     """The recurrence's float32 workloads never vary REC_VW_F64 (only float64 calls read it)
     nor REC_PACK16_BYTES (its own float16 pass), and the whole-sequence thresholds are tried
     before any tile size, so that a short budget reaches them."""
@@ -228,7 +252,7 @@ def test_float32_search_skips_float64_parameters_and_starts_with_whole_sequence(
 
     def run():
         seen.append(dict(device.tuning("recurrence")))
-        time.sleep(0.001)
+        clock.sleep(0.001)
 
     work = [tuner.Workload("fake layer", run, lambda: None)]
     tuner.tune_family(device, "recurrence", work, budget=20, repeat=1, start=start)
@@ -288,7 +312,7 @@ def test_choices_respect_the_device(device):
     assert (tile == [rec["REC_TILE_MAX"]]) if cpu_like else (len(tile) > 1)
 
 
-def test_16bit_parameters_are_tuned_on_float16_layers(device, db, monkeypatch):
+def test_16bit_parameters_are_tuned_on_float16_layers(device, db, clock, monkeypatch):
     """REC_PACK16_BYTES, which only 16-bit calls read, is searched on float16 workloads after
     the rest of the recurrence family (never with the float32 ones, which would time the same
     work for every value); the value that makes them faster is adopted and recorded."""
@@ -300,7 +324,7 @@ def test_16bit_parameters_are_tuned_on_float16_layers(device, db, monkeypatch):
         def run():
             limit = dev.tuning("recurrence")["REC_PACK16_BYTES"]
             seen.append((dtype, limit))
-            time.sleep(0.001 if dtype == "float16" and limit == fast else 0.004)
+            clock.sleep(0.001 if dtype == "float16" and limit == fast else 0.004)
         return [tuner.Workload(f"fake {dtype}", run, lambda: None)]
 
     monkeypatch.setattr(tuner, "workloads", fake)
