@@ -42,6 +42,11 @@ Variables (unset or empty means the default):
     ``0`` leaves the ICD loader alone: no search for OpenCL runtimes installed as Python
     packages (Intel's CPU runtime, the ``intel`` extra; ``pyrnn_cl.devices.runtimes``).
     Default: on.
+``PYRNN_CL_POOL_RESULTS``
+    ``0`` gives every result an op returns as a device array a buffer of its own. Default: on,
+    where a device's memory is not the host's (Intel's CPU runtime, GPUs), such results come
+    from pyrnn_cl's per-device memory pool and go back to it when the caller drops them, as
+    PyTorch's CUDA tensors do (``pyrnn_cl._arrays.pools_results``).
 ``POCL_CACHE_DIR``
     PoCL's own kernel cache directory (read, never changed; default ``$XDG_CACHE_HOME/pocl``,
     ``~/.cache/pocl`` when unset); pyrnn_cl checks the free space there before PoCL builds,
@@ -203,6 +208,12 @@ def find_runtimes() -> bool:
     """``PYRNN_CL_FIND_RUNTIMES``: register OpenCL runtimes installed as Python packages
     (true unless set to a false word)."""
     return _get("PYRNN_CL_FIND_RUNTIMES") is None or _flag("PYRNN_CL_FIND_RUNTIMES")
+
+
+def pool_results() -> bool:
+    """``PYRNN_CL_POOL_RESULTS``: device-array results from the memory pool where a device's
+    memory is not the host's (true unless set to a false word)."""
+    return _get("PYRNN_CL_POOL_RESULTS") is None or _flag("PYRNN_CL_POOL_RESULTS")
 
 
 def pin_pocl() -> bool:

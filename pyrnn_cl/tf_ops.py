@@ -418,7 +418,8 @@ class _LSTM:
             self.bias = bd
             if self.forget_bias != 0.0:
                 if self.bias is b:      # the caller's device array: never modify an input
-                    self.bias = self.bias.copy(queue=q.queue)
+                    self.bias = q.empty((GH,))
+                    _copy_cols(q, self.bias, GH, 0, b, GH, 0, 1, GH)
                 fb = copied_at_creation(q.queue, np.full(1, self.forget_bias, q.dtype))
                 engine.copy3(q.device, q.dtype, self.bias, layout["f"] * H, (0, 0, 1), fb, 0,
                              (0, 0, 0), (1, 1, H), beta=1.0)

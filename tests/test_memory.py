@@ -188,17 +188,23 @@ def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
 
 # ---- results that stay inside pyrnn_cl come from the pool -------------------------------------
 
-def _numpy_calls(dialect, device):
+def _numpy_calls(dialect, device, on_device=False):
     """A function running forward and backward of ``dialect`` on NumPy arrays (a two-layer
     bidirectional LSTM with lengths; an LSTM layer; BlockLSTM with peepholes) and returning
-    every result."""
+    every result; ``on_device``: on device arrays instead."""
     rng = np.random.default_rng(12)
     T, L = 5, 2
-    x, h0, c0 = _random(rng, T, N, I), _random(rng, 2 * L, N, H), _random(rng, 2 * L, N, H)
-    ups = _random(rng, T, N, 2 * H), _random(rng, 2 * L, N, H), _random(rng, 2 * L, N, H)
+
+    def rand(*shape, scale=1.0):
+        a = _random(rng, *shape, scale=scale)
+        return cla.to_device(device.queue, a) if on_device else a
+
+    x, h0, c0 = rand(T, N, I), rand(2 * L, N, H), rand(2 * L, N, H)
+    ups = rand(T, N, 2 * H), rand(2 * L, N, H), rand(2 * L, N, H)
+    dy, dcell = rand(T, N, H), rand(T, N, H)
     if dialect == "cudnn":
         kw = dict(rnn_mode="lstm", direction="bidirectional")
-        params = _random(rng, rc.cudnn_rnn_params_size(L, H, I, **kw), scale=0.3)
+        params = rand(rc.cudnn_rnn_params_size(L, H, I, **kw), scale=0.3)
         lens = np.array([5, 2, 0, 3, 1], np.int32)
 
         def run():
@@ -206,24 +212,23 @@ def _numpy_calls(dialect, device):
             return list(out) + list(rc.cudnn_rnn_backprop(x, h0, c0, params, lens, *out[:3],
                                                           *ups, *out[3:], **kw, device=device))
     elif dialect == "mps":
-        R, W, b = (_random(rng, 4 * H, H, scale=0.3), _random(rng, 4 * H, I, scale=0.3),
-                   _random(rng, 4 * H))
+        R, W, b = rand(4 * H, H, scale=0.3), rand(4 * H, I, scale=0.3), rand(4 * H)
         desc = rc.LSTMDescriptor(training=True)
 
         def run():
             out = rc.lstm(x, R, W, b, h0[0], c0[0], descriptor=desc, device=device)
-            return out + rc.lstm_gradients(x, R, ups[0][..., :H].copy(), out[2], out[1], W, b,
-                                           h0[0], c0[0], descriptor=desc, device=device)
+            return out + rc.lstm_gradients(x, R, dy, out[2], out[1], W, b, h0[0], c0[0],
+                                           descriptor=desc, device=device)
     else:
-        w, b = _random(rng, I + H, 4 * H, scale=0.3), _random(rng, 4 * H)
-        peep = [_random(rng, H) for _ in range(3)]
+        w, b = rand(I + H, 4 * H, scale=0.3), rand(4 * H)
+        peep = [rand(H) for _ in range(3)]
 
         def run():
             out = rc.block_lstm(T - 1, x, h0[0], c0[0], w, *peep, b, forget_bias=0.5,
                                 use_peephole=True, device=device)
             return list(out) + list(rc.block_lstm_grad(
-                T - 1, x, h0[0], c0[0], w, *peep, b, *out, ups[0][..., :H].copy(),
-                ups[0][..., H:].copy(), use_peephole=True, device=device))
+                T - 1, x, h0[0], c0[0], w, *peep, b, *out, dy, dcell, use_peephole=True,
+                device=device))
     return run
 
 
@@ -245,6 +250,7 @@ def test_numpy_calls_allocate_from_the_pool_where_memory_is_not_the_hosts(device
     got = run()
     assert fresh == [], fresh
     monkeypatch.setattr(_arrays, "results_stay", lambda dev: False)
+    monkeypatch.setenv("PYRNN_CL_POOL_RESULTS", "0")
     want = run()
     assert fresh, "the run on fresh buffers allocated none: the check above proves nothing"
     assert len(got) == len(want)
@@ -253,15 +259,17 @@ def test_numpy_calls_allocate_from_the_pool_where_memory_is_not_the_hosts(device
 
 
 def test_pooled_results_end_with_the_op(device, monkeypatch):
-    """Pooled results are the op's own business: after an op on NumPy arrays (pooled, forced as
-    above) and after one that raised once it had begun, an op on device arrays returns results
-    in buffers of their own, which the caller may keep and use anywhere."""
+    """The scope of an op on NumPy arrays ends with it: after one (pooled, forced as above) and
+    after one that raised once it had begun, an op on device arrays, with the pooling of
+    device-array results off (``PYRNN_CL_POOL_RESULTS=0``), returns results in buffers of their
+    own, which the caller may keep and use anywhere."""
     import pyopencl as cl
 
     from pyrnn_cl import _arrays
     from pyrnn_cl.errors import ShapeError
 
     monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
+    monkeypatch.setenv("PYRNN_CL_POOL_RESULTS", "0")
     rng = np.random.default_rng(13)
     T = 4
     args = [_random(rng, T, N, I), _random(rng, 4 * H, H), _random(rng, 4 * H, I),
@@ -275,6 +283,41 @@ def test_pooled_results_end_with_the_op(device, monkeypatch):
     out = rc.lstm(*[cla.to_device(device.queue, a) for a in args], descriptor=desc,
                   device=device)
     assert all(isinstance(a.base_data, cl.Buffer) for a in out), [type(a.base_data) for a in out]
+
+
+@pytest.mark.parametrize("dialect", ["cudnn", "mps", "tf"])
+def test_device_array_results_from_the_pool_where_memory_is_not_the_hosts(device, monkeypatch,
+                                                                            dialect):
+    """On a device whose memory is not the host's (forced here; Intel's CPU runtime, GPUs), the
+    results an op returns as device arrays come from the pool too (``_arrays.pools_results``):
+    after a first call a forward and its backward allocate no device buffer of their own. The
+    caller's results stay intact however many calls follow (the pool hands out only memory
+    whose array was dropped), and equal bit for bit those of a run with
+    ``PYRNN_CL_POOL_RESULTS=0``, which allocates them afresh. Where the memory is the host's
+    (PoCL's CPU device) results keep buffers of their own."""
+    import pyopencl as cl
+
+    from pyrnn_cl import _arrays
+
+    run = _numpy_calls(dialect, device, on_device=True)
+    out = run()
+    assert all(isinstance(a.base_data, cl.Buffer) for a in out
+               if a.size) == (not _arrays.pools_results(device))
+    monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
+    run()                                   # (fills the pool)
+    fresh = fresh_allocations(monkeypatch)
+    held = run()
+    assert fresh == [], fresh
+    assert any(not isinstance(a.base_data, cl.Buffer) for a in held)
+    for _ in range(3):                      # calls that would reuse any memory still held
+        run()
+    monkeypatch.setenv("PYRNN_CL_POOL_RESULTS", "0")
+    want = run()
+    assert fresh, "the run on fresh buffers allocated none: the check above proves nothing"
+    assert all(isinstance(a.base_data, cl.Buffer) for a in want if a.size)
+    assert len(held) == len(want)
+    for a, b in zip(held, want):
+        np.testing.assert_array_equal(a.get(), b.get())
 
 
 def test_sub_array_of_pooled_memory(device):
