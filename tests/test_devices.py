@@ -475,6 +475,11 @@ def test_env_defaults_and_overrides(monkeypatch, tmp_path):
     assert _env.device_spec() is None
     monkeypatch.setenv("PYRNN_CL_PROFILE", "NVIDIA")
     assert _env.forced_profile() == "nvidia"
+    monkeypatch.delenv("PYRNN_CL_POOL_RESULTS", raising=False)
+    assert _env.pool_results()              # on unless set to a false word
+    for value, expected in (("0", False), ("off", False), ("1", True), ("", True)):
+        monkeypatch.setenv("PYRNN_CL_POOL_RESULTS", value)
+        assert _env.pool_results() is expected, value
 
 
 def test_env_reads_follow_every_change(monkeypatch):
