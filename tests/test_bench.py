@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import types
 
 import numpy as np
 import pytest
@@ -103,7 +105,7 @@ def test_timed_blocks_alternates_turns(block, repeat):
     and up to ``block`` timed calls, alternating, until ``repeat`` timings each."""
     log = []
     fns = {name: (lambda name=name: log.append(name)) for name in ("a", "b")}
-    times = bench._timed_blocks(fns, repeat, warmup=2, block=block)
+    times = bench._timed_blocks(fns, repeat, warmup=2, block=block, settle=0)
     assert {k: len(v) for k, v in times.items()} == {"a": repeat, "b": repeat}
     turns = -(-repeat // max(block, 1))
     per_side = 2 + repeat + (turns * bench.TURN_WARMUP if block else 0)
@@ -113,6 +115,28 @@ def test_timed_blocks_alternates_turns(block, repeat):
     assert body[:size] == ["a"] * size and body[size] == "b"   # a whole turn of one side first
     switches = sum(1 for x, y in zip(body, body[1:]) if x != y)
     assert switches == 2 * turns - 1
+
+
+def test_timed_blocks_settle_for_a_time_not_a_count(monkeypatch):
+    """A turn's untimed calls last at least ``settle`` seconds (the other side's threads spin
+    for milliseconds, not calls): with calls of 1 ms on a simulated clock and the default
+    settle, every turn opens with exactly as many untimed calls as fill it; with calls longer
+    than it, TURN_WARMUP calls."""
+    from pyrnn_cl.bench import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    for seconds in (0.001, 0.05):
+        log = []
+
+        def call(name, seconds=seconds, log=log):
+            log.append(name)
+            clock[0] += seconds
+
+        fns = {name: (lambda name=name: call(name)) for name in ("a", "b")}
+        bench._timed_blocks(fns, 3, warmup=0, block=3)
+        untimed = max(bench.TURN_WARMUP, math.ceil(round(bench.TURN_SETTLE_S / seconds, 6)))
+        assert log == ["a"] * (untimed + 3) + ["b"] * (untimed + 3), (seconds, len(log))
 
 
 def test_run_bench_structure(device):

@@ -16,9 +16,9 @@ GRU and vanilla-ReLU layers, one 2-layer bidirectional LSTM, one GNMT layer). Fo
   forward + ``torch.autograd.grad`` of every parameter and the input.
 * Warm-up calls first (program builds and PoCL's per-local-size specialisation are excluded),
   then ``repeat`` (default 5) timed repetitions: median and minimum are reported. The two sides
-  take turns (:func:`_timed_blocks`): two untimed calls, then ``block`` (default 3) timed calls
-  back to back, as a training loop calls an op; alternating turns keep a drifting background
-  load on both sides.
+  take turns (:func:`_timed_blocks`): untimed calls (at least two, for at least 20 ms: the
+  other side's threads settle), then ``block`` (default 3) timed calls back to back, as a
+  training loop calls an op; alternating turns keep a drifting background load on both sides.
 
 FLOP convention (stated in the output too): per layer and direction,
 
@@ -79,7 +79,13 @@ from .memory import memory_estimate
 from .report import format_table, write_png  # noqa: F401
 from .run import run_bench
 from .sides import _Bridge, _Ours, _Torch  # noqa: F401
-from .timing import TIMING_NOTE, TURN_WARMUP, _Progress, _timed_blocks  # noqa: F401
+from .timing import (  # noqa: F401
+    TIMING_NOTE,
+    TURN_SETTLE_S,
+    TURN_WARMUP,
+    _Progress,
+    _timed_blocks,
+)
 from .weights import _make_weights, _mps_layer_arrays  # noqa: F401
 
 __all__ = ["BenchConfig", "CONFIGS", "QUICK", "run_bench", "main", "format_table",

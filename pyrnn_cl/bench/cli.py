@@ -40,9 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed repetitions per measurement (default 5; median and min reported)")
     p.add_argument("--block", type=int, default=3, metavar="B",
-                   help="timed calls per turn: each side runs two untimed calls, then B timed "
-                        "calls back to back, turns alternating (default 3); 0: single calls "
-                        "round-robin")
+                   help="timed calls per turn: each side runs untimed calls (at least two, "
+                        "for at least 20 ms), then B timed calls back to back, turns "
+                        "alternating (default 3); 0: single calls round-robin")
     p.add_argument("--threads", type=int, metavar="N",
                    help="threads for PoCL (POCL_MAX_PTHREAD_COUNT), NumPy's BLAS and torch "
                         "(default: the device's compute units)")

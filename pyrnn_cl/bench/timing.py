@@ -10,24 +10,33 @@ import time
 from .configs import BenchConfig
 
 TIMING_NOTE = ("one repetition = op call(s) + queue.finish(); warm-up excluded; the sides take "
-               "turns (two untimed calls, then a block of timed calls back to back); ratio = "
-               "torch time / our time from the medians (>1: pyrnn_cl faster)")
+               "turns (untimed calls, at least two and for at least 20 ms, then a block of timed "
+               "calls back to back); ratio = torch time / our time from the medians "
+               "(>1: pyrnn_cl faster)")
 
 
-#: Untimed calls that open each turn of :func:`_timed_blocks`.
+#: Untimed calls that open each turn of :func:`_timed_blocks`: at least this many ...
 TURN_WARMUP = 2
+#: ... and for at least this many seconds.
+TURN_SETTLE_S = 0.02
 
 
-def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
+def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3,
+                  settle: float = TURN_SETTLE_S) -> dict:
     """``{name: [seconds] * repeat}``: every callable warmed up ``warmup`` times, then turns
-    that alternate between the callables until each has ``repeat`` timings. A turn is
-    :data:`TURN_WARMUP` untimed calls followed by ``block`` timed calls back to back, as in a
-    training loop; alternating turns spread a drifting background load over both sides.
+    that alternate between the callables until each has ``repeat`` timings. A turn is untimed
+    calls, at least :data:`TURN_WARMUP` of them and for at least ``settle`` seconds, followed
+    by ``block`` timed calls back to back, as in a training loop; alternating turns spread a
+    drifting background load over both sides.
 
-    The untimed calls matter on a small CPU: right after the other side's turn, the first one
-    or two calls of either side were measured up to 2x slower, which says nothing about either
-    implementation (likely causes, not isolated: the other side's threads still spinning -
-    libgomp's OpenMP workers spin after a parallel region - and this side's pool asleep).
+    The untimed calls matter on a small CPU: right after the other side's turn, either side's
+    first calls run up to 2x slower, which says nothing about either implementation. Measured
+    on 2 cores (docs/benchmarks.md, "Intel's runtime: device-array results from the pool too"):
+    after nine torch calls of a tiny LSTM, our next four forwards took 1.9-2.1 ms against 1.02
+    alone, while the process burnt 0.5-0.8 of a CPU with nothing to do (torch's OpenMP workers
+    spinning for work); after our turn torch's next calls took 1.78, 1.49, 1.45, 1.40 ms
+    against 1.25 alone. Both last a few milliseconds, not a number of calls: two untimed calls
+    of a 1 ms op did not cover them, hence ``settle``.
     ``block = 0``: single timed calls round-robin, no untimed calls."""
     for fn in fns.values():
         for _ in range(warmup):
@@ -38,8 +47,11 @@ def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3) -> dict:
             todo = min(max(block, 1), repeat - len(times[name]))
             if todo <= 0:
                 continue
-            for _ in range(TURN_WARMUP if block else 0):
-                fn()
+            if block:
+                start, calls = time.perf_counter(), 0
+                while calls < TURN_WARMUP or time.perf_counter() - start < settle:
+                    fn()
+                    calls += 1
             for _ in range(todo):
                 t0 = time.perf_counter()
                 fn()
