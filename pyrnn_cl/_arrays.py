@@ -763,13 +763,16 @@ class Call:
         """The host array ``a`` as a new device array of ``dtype``: from the pool in a call
         whose results stay inside pyrnn_cl (:func:`results_stay`) or on a device that pools
         results (:func:`pools_results`: a host argument of a call on device arrays, such as
-        sequence lengths), the copy enqueued without waiting (pyopencl holds the host array
-        until it is copied); else :func:`_upload`'s."""
+        sequence lengths), else :func:`_upload`'s. As there, the copy is enqueued without
+        waiting where the call reads its results back before it returns or where it reads a
+        private converted copy (pyopencl holds that until it is copied), and waits where it
+        reads the caller's own memory in a call that returns device arrays (the caller may
+        change it as soon as the op returns)."""
         pooled = self.numpy_out and results_stay(self.device) or pools_results(self.device)
         if pooled and a.size:
             host = np.ascontiguousarray(a, dtype=dtype)
             out = temporary(self.device, host.shape, host.dtype)
-            out.set(host, async_=True)          # (pyopencl holds `host` until it is copied)
+            out.set(host, async_=self.numpy_out or not np.may_share_memory(host, a))
             return out
         return _upload(self.queue, a, dtype, self.numpy_out)
 

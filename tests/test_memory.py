@@ -343,3 +343,33 @@ def test_sub_array_of_pooled_memory(device):
     for other in others:
         other.fill(7.0)
     np.testing.assert_array_equal(part.get(), np.full(2 * step, -1.0, np.float32))
+
+
+def test_host_arguments_of_a_device_array_call_are_read_before_it_returns(device, monkeypatch):
+    """A call on device arrays may return while its kernels are still queued, and the caller
+    may then change its own host arguments (here the sequence lengths, given as a NumPy
+    array): the call's copy of them is taken before it returns, pooled or not (forced onto a
+    device whose memory is not the host's, where such uploads come from the pool). The queue
+    is kept busy with large products while the call is made, so what it queued has not run
+    when the lengths change."""
+    from pyrnn_cl import _arrays
+    from pyrnn_cl.gemm import gemm
+
+    monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
+    rng = np.random.default_rng(14)
+    T, L = 5, 1
+    kw = dict(rnn_mode="lstm", direction="unidirectional")
+    q = device.queue
+    x, h0, c0 = (cla.to_device(q, _random(rng, *s)) for s in ((T, N, I), (L, N, H), (L, N, H)))
+    params = cla.to_device(q, _random(rng, rc.cudnn_rnn_params_size(L, H, I, **kw), scale=0.3))
+    want = rc.cudnn_rnn(x, h0, c0, params, np.array([5, 2, 0, 3, 1], np.int32), **kw,
+                        device=device)[0].get()
+    big = cla.to_device(q, _random(rng, 1024, 1024))
+    busy = cla.empty(q, (1024, 1024), np.float32)
+    q.finish()
+    for _ in range(8):                      # (tens to hundreds of milliseconds of device work)
+        gemm(device, np.float32, 1024, 1024, 1024, big, big, busy)
+    lens = np.array([5, 2, 0, 3, 1], np.int32)
+    y = rc.cudnn_rnn(x, h0, c0, params, lens, **kw, device=device)[0]
+    lens[:] = T                             # the caller's array, changed after the call
+    np.testing.assert_array_equal(y.get(), want)
