@@ -786,7 +786,7 @@ class Call:
         self._check_alloc(shape)
         return result_zeros(self.device, shape, self.dtype)
 
-    def empty(self, shape, dtype=None, own=False):
+    def empty(self, shape, dtype=None):
         """A new device array of the compute dtype for a result. In a call that converts, every
         such result is narrowed into an array of its own (:meth:`outs`) and then dropped, so it
         comes from the pool (:func:`temporary`) instead of a fresh buffer per result and call,
@@ -794,17 +794,15 @@ class Call:
         OpenCL the idle gaps around the 16-bit conversions stayed: they are host launch work,
         docs/benchmarks.md). ``dtype``: the call's storage dtype instead, for a result that
         kernels write narrowed themselves (a new array, returned as it is), or for a copy of
-        part of a stored argument. ``own``: a buffer of its own even so, never pooled (whose
-        parts :func:`sub_array` can address). Where the results stay inside pyrnn_cl
-        (:func:`results_stay`), every result but an ``own`` one comes from the pool."""
+        part of a stored argument. Where the results stay inside pyrnn_cl
+        (:func:`results_stay`) or the device pools results (:func:`pools_results`), every
+        result comes from the pool (:func:`sub_array` addresses parts of pooled arrays too)."""
         if dtype is not None and np.dtype(dtype) != self.dtype:
             assert np.dtype(dtype) == self.storage, dtype
             dtype = self.storage
         else:
             dtype = self.dtype
         self._check_alloc(shape, dtype)
-        if own:
-            return empty(self.queue, shape, dtype)
         if self.converts and dtype == self.dtype:
             return temporary(self.device, shape, dtype)
         return result_array(self.device, shape, dtype)

@@ -453,10 +453,10 @@ class _Net:
         :data:`CONVERT_SLOTS` arrays instead of one per layer and kind of input (on a GPU each
         launch costs more host time than its kernel; docs/benchmarks.md). Widens every
         layer's biases (one run of ``bW`` and ``bR`` per direction; kept for :meth:`biases`)
-        and the 16-bit device arrays of the dict ``arrays`` (``None`` values skipped): the
-        initial states into buffers of their own (``h0``, ``c0``: :meth:`layer_state` takes
-        each layer's part as a sub-buffer, which pooled memory is not), the rest pooled.
-        Returns ``{name: float32 array}`` for those."""
+        and the 16-bit device arrays of the dict ``arrays`` (``None`` values skipped), into
+        pooled arrays (:meth:`layer_state` takes each layer's part of the initial states as a
+        sub-buffer, which ``sub_array`` makes of pooled memory too). Returns
+        ``{name: float32 array}`` for those."""
         lay, L, D, GH = self.lay, self.L, self.D, self.GH
         self._wide_b = wide_b = self.call.empty((L * D * 2 * GH,))
         src, dst = [], []
@@ -467,7 +467,7 @@ class _Net:
                 src.append(Span.of(params, off, 2 * GH))
                 dst.append(Span.of(wide_b, at, 2 * GH))
         names = [name for name, a in arrays.items() if a is not None]
-        out = [self.call.empty(arrays[name].shape, own=name in ("h0", "c0")) for name in names]
+        out = [self.call.empty(arrays[name].shape) for name in names]
         widen_many(self.dev, src + [arrays[name] for name in names], self.call.storage,
                    out=dst + out)
         return dict(zip(names, out))

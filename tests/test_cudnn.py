@@ -587,8 +587,8 @@ def _poison_new_arrays(monkeypatch):
     result element left unwritten then shows)."""
     real_empty = rc._arrays.Call.empty
     monkeypatch.setattr(rc._arrays.Call, "empty",
-                        lambda self, shape, dtype=None, own=False: rc._arrays.fill(
-                            real_empty(self, shape, dtype, own), np.nan))
+                        lambda self, shape, dtype=None: rc._arrays.fill(
+                            real_empty(self, shape, dtype), np.nan))
 
 
 @pytest.mark.parametrize("mode,L,D,P,tm,drop", [
