@@ -232,18 +232,24 @@ def pools_results(device) -> bool:
     return not shares_host_memory(device) and _env.pool_results()
 
 
+def results_pooled(device) -> bool:
+    """Whether the running op's results (and uploads of its host arguments) on ``device`` come
+    from the pool: its results stay inside pyrnn_cl (:func:`results_stay`) or the device pools
+    results (:func:`pools_results`)."""
+    return results_stay(device) or pools_results(device)
+
+
 def result_array(device, shape, dtype) -> cla.Array:
-    """A new device array for a result of the running op: from the pool where its results
-    stay inside pyrnn_cl (:func:`results_stay`) or the device pools results
-    (:func:`pools_results`), else a buffer of its own."""
-    if results_stay(device) or pools_results(device):
+    """A new device array for a result of the running op: from the pool where
+    :func:`results_pooled`, else a buffer of its own."""
+    if results_pooled(device):
         return temporary(device, shape, dtype)
     return empty(device.queue, shape, dtype)
 
 
 def result_zeros(device, shape, dtype) -> cla.Array:
     """:func:`result_array`, filled with zeros."""
-    if results_stay(device) or pools_results(device):
+    if results_pooled(device):
         return fill(temporary(device, shape, dtype), 0)
     return cla.zeros(device.queue, shape, dtype)
 
@@ -760,16 +766,14 @@ class Call:
         return self._upload(a, self.storage)
 
     def _upload(self, a: np.ndarray, dtype) -> cla.Array:
-        """The host array ``a`` as a new device array of ``dtype``: from the pool in a call
-        whose results stay inside pyrnn_cl (:func:`results_stay`) or on a device that pools
-        results (:func:`pools_results`: a host argument of a call on device arrays, such as
-        sequence lengths), else :func:`_upload`'s. As there, the copy is enqueued without
-        waiting where the call reads its results back before it returns or where it reads a
-        private converted copy (pyopencl holds that until it is copied), and waits where it
-        reads the caller's own memory in a call that returns device arrays (the caller may
-        change it as soon as the op returns)."""
-        pooled = self.numpy_out and results_stay(self.device) or pools_results(self.device)
-        if pooled and a.size:
+        """The host array ``a`` as a new device array of ``dtype``: from the pool where the
+        call's results are (:func:`results_pooled`; also a host argument of a call on device
+        arrays, such as sequence lengths), else :func:`_upload`'s. As there, the copy is
+        enqueued without waiting where the call reads its results back before it returns or
+        where it reads a private converted copy (pyopencl holds that until it is copied), and
+        waits where it reads the caller's own memory in a call that returns device arrays (the
+        caller may change it as soon as the op returns)."""
+        if results_pooled(self.device) and a.size:
             host = np.ascontiguousarray(a, dtype=dtype)
             out = temporary(self.device, host.shape, host.dtype)
             out.set(host, async_=self.numpy_out or not np.may_share_memory(host, a))
@@ -794,9 +798,8 @@ class Call:
         OpenCL the idle gaps around the 16-bit conversions stayed: they are host launch work,
         docs/benchmarks.md). ``dtype``: the call's storage dtype instead, for a result that
         kernels write narrowed themselves (a new array, returned as it is), or for a copy of
-        part of a stored argument. Where the results stay inside pyrnn_cl
-        (:func:`results_stay`) or the device pools results (:func:`pools_results`), every
-        result comes from the pool (:func:`sub_array` addresses parts of pooled arrays too)."""
+        part of a stored argument. Where :func:`results_pooled`, every result comes from the
+        pool (:func:`sub_array` addresses parts of pooled arrays too)."""
         if dtype is not None and np.dtype(dtype) != self.dtype:
             assert np.dtype(dtype) == self.storage, dtype
             dtype = self.storage

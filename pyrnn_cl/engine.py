@@ -419,8 +419,9 @@ class Recurrence:
 
         A layer of 16-bit weights serves a 16-bit call, whose results the dialect narrows into
         arrays of their own (``_arrays.Call.outs``): its float32 results live inside the call
-        too, so they come from the pool as well, and so do the results of an op whose results
-        stay inside pyrnn_cl (``_arrays.results_stay``: NumPy results, the torch bridge)."""
+        too, so they come from the pool as well, and so do any op's results where
+        ``_arrays.results_pooled`` (NumPy results and the torch bridge's on a device whose
+        memory is not the host's, and there device-array results too by default)."""
         dt = self.pack_dtype if name in PACKS else self.dtype
         if zeros:
             return result_zeros(self.device, shape, dt)
