@@ -10,11 +10,11 @@ import importlib.util
 import json
 import math
 import os
-import types
 
 import numpy as np
 import pytest
 
+from helpers.clock import simulate_clock
 from pyrnn_cl import bench
 from pyrnn_cl.bench import BenchConfig
 
@@ -124,14 +124,13 @@ def test_timed_blocks_settle_for_a_time_not_a_count(monkeypatch):
     than it, TURN_WARMUP calls."""
     from pyrnn_cl.bench import timing
 
-    clock = [0.0]
-    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    clock = simulate_clock(monkeypatch, timing)
     for seconds in (0.001, 0.05):
         log = []
 
         def call(name, seconds=seconds, log=log):
             log.append(name)
-            clock[0] += seconds
+            clock.sleep(seconds)
 
         fns = {name: (lambda name=name: call(name)) for name in ("a", "b")}
         bench._timed_blocks(fns, 3, warmup=0, block=3)

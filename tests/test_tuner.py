@@ -5,13 +5,12 @@ asserted (speed belongs in the benchmark)."""
 from __future__ import annotations
 
 import json
-import time
-import types
 
 import numpy as np
 import pytest
 
 import pyrnn_cl.bench as bench_module
+from helpers.clock import simulate_clock
 from pyrnn_cl import _arrays, tuner, tuning
 from pyrnn_cl import gemm as gemm_module
 from pyrnn_cl.bench import BenchConfig
@@ -21,29 +20,12 @@ TINY = BenchConfig("tiny-test", "lstm", 8, 5, 3, 4)
 TINY_GRU = BenchConfig("tiny-gru", "gru", 12, 7, 2, 3)
 
 
-class SimulatedClock:
-    """The tuner's stopwatch (``tuner.time.perf_counter``) made a counter that only the fake
-    workloads advance, by :meth:`sleep`: their planted times are what the tuner measures,
-    exactly, however loaded the machine (real sleeps overshot on a busy CI host and made a
-    1 ms workload read slower than a 4 ms one). Deadlines still follow the real clock."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    sim = SimulatedClock()
-    real = {k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
-    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(**dict(real,
-                                                                    perf_counter=sim.perf_counter)))
-    return sim
+    """The tuner's stopwatch made a simulated one that the fake workloads advance by their
+    planted times (``clock.sleep``): what the tuner measures is exactly those. Deadlines still
+    follow the real clock."""
+    return simulate_clock(monkeypatch, tuner)
 
 
 @pytest.fixture
