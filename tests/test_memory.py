@@ -188,7 +188,7 @@ def test_cudnn_backprop_reads_a_reserve_space_in_pooled_memory(device):
 
 # ---- results that stay inside pyrnn_cl come from the pool -------------------------------------
 
-def _numpy_calls(dialect, device, on_device=False):
+def _dialect_calls(dialect, device, on_device=False):
     """A function running forward and backward of ``dialect`` on NumPy arrays (a two-layer
     bidirectional LSTM with lengths; an LSTM layer; BlockLSTM with peepholes) and returning
     every result; ``on_device``: on device arrays instead."""
@@ -244,7 +244,7 @@ def test_numpy_calls_allocate_from_the_pool_where_memory_is_not_the_hosts(device
     from pyrnn_cl import _arrays
 
     monkeypatch.setattr(_arrays, "shares_host_memory", lambda dev: False)
-    run = _numpy_calls(dialect, device)
+    run = _dialect_calls(dialect, device)
     run()                                   # (fills the pool)
     fresh = fresh_allocations(monkeypatch)
     got = run()
@@ -299,7 +299,7 @@ def test_device_array_results_from_the_pool_where_memory_is_not_the_hosts(device
 
     from pyrnn_cl import _arrays
 
-    run = _numpy_calls(dialect, device, on_device=True)
+    run = _dialect_calls(dialect, device, on_device=True)
     out = run()
     assert all(isinstance(a.base_data, cl.Buffer) for a in out
                if a.size) == (not _arrays.pools_results(device))
