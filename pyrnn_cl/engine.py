@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -323,6 +324,11 @@ _LAYER_CACHE_SIZE = 64
 #: 1.1-2.2x faster with 16); a GPU keeps one row per work-item (16 were 0.70-0.99x on an H100).
 _PACK_T_ROWS = 16
 
+#: side of the square tile ``pyrnn_pack`` moves through registers (``PACK_TB``, at most ``REC_VW``):
+#: 8 x 8 rather than REC_VW = 16, whose 256 values outgrow the registers (the pack of an LSTM
+#: 512's R 1.5-2x slower on PoCL with AVX-512, from cache and from memory).
+_PACK_TILE = 8
+
 
 class Recurrence:
     """One layer of ``D`` directions of a cell over ``T`` steps of ``N`` rows.
@@ -353,6 +359,7 @@ class Recurrence:
         # dimension (0: the driver chooses), whole-sequence kernels, rows (steps x N) of gate
         # gradients per backward chunk
         self.vw, self.nb, self.wg, self.fused = plan.vw, plan.nb, plan.wg, plan.fused
+        self._pack_tile = math.gcd(self.vw, _PACK_TILE)
         self.seq_loop = plan.seq_loop
         self.fwd_nb = plan.fwd_nb
         self.ks = plan.ks
@@ -561,7 +568,7 @@ class Recurrence:
             prog = self._programs[("pack", storage)] = get_program(
                 self.device, "pack.cl",
                 {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw,
-                 "PACK_DTYPE": dtype_code(self.pack_dtype)})
+                 "PACK_TB": self._pack_tile, "PACK_DTYPE": dtype_code(self.pack_dtype)})
         offset = w.offset + w.array.offset // storage.itemsize
         return prog.kernel(name), (w.array.base_data, _I64(offset), _I64(w.stride))
 
@@ -576,7 +583,11 @@ class Recurrence:
         _pack_sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
                                     blk1=blk1, blk2=blk2, blk3=blk3, R=buf, r_off=off,
                                     r_dstride=stride, rpk=packed.base_data)
-        enqueue_on(self.device, knl, (width // self.vw, rows // self.vw, self.D))
+        # CPUs: one column chunk (each work-item streams its rows); others: one per tile, so that
+        # neighbouring work-items read neighbouring columns (the kernel's comment)
+        tb = self._pack_tile
+        chunks = 1 if cpu_like(self.device.info, self.device.profile) else width // tb
+        enqueue_on(self.device, knl, (chunks, rows // tb, G * self.D))
         return packed
 
     def pack_t(self, weight, rows, cols, name: str = "rt"):

@@ -75,6 +75,8 @@ _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
                 "GEMM_PACK_KC")
 _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+# launch modes of the pack kernels (gemm.cl's GEMM_PACK_CHUNKS, _TILES_FAST and _ROWS)
+_PACK_CHUNKS, _PACK_TILES_FAST, _PACK_ROWS = 0, 1, 2
 
 _REDUCE_CHUNK_ROWS = 64  # sum_rows: rows per first-pass chunk at least (two passes from 128 rows)
 _REDUCE_CHUNKS = 16      # sum_rows: at most this many first-pass chunks
@@ -192,12 +194,19 @@ def _pack(prog, code, queue, host, name, rows, k, tile, x, x_off, x_sr, x_sk, x_
     tiles = -(-rows // tile)
     panel = tiles * tile * k
     nb = batch if x_batch else 1
-    tfast = 1 if x_sr == 1 else 0  # neighbouring work-items read neighbouring memory
-    kernel = _set_args(prog, name, code, int(rows), int(k), int(tfast), x, int(x_off), int(x_sr),
+    kc = host["GEMM_PACK_KC"]
+    chunks = -(-k // kc)
+    # the launch modes of gemm.cl's pack kernels (their comment): neighbouring work-items read
+    # neighbouring memory (tiles fast when x_sr == 1), or each streams kc rows along k
+    if x_sr == 1:
+        mode, g0, g1 = _PACK_TILES_FAST, tiles, chunks
+    elif x_sk == 1 and kc in _VECTOR_WIDTHS[1:] and tile % kc == 0:
+        mode, g0, g1 = _PACK_ROWS, tile // kc, tiles
+    else:
+        mode, g0, g1 = _PACK_CHUNKS, chunks, tiles
+    kernel = _set_args(prog, name, code, int(rows), int(k), mode, x, int(x_off), int(x_sr),
                        int(x_sk), int(x_batch), dst, int(dst_off), int(panel))
     wg = max(1, min(host["GEMM_PACK_WG"], prog.work_group_size(name)))
-    chunks = -(-k // host["GEMM_PACK_KC"])
-    g0, g1 = (tiles, chunks) if tfast else (chunks, tiles)
     return enqueue(queue, kernel, (_round_up(g0, wg), g1, nb), (wg, 1, 1), wait_for=events or None)
 
 

@@ -707,18 +707,23 @@ def test_inference_forward_stores_no_saved_gates(device, monkeypatch, kind, per_
     assert np.array_equal(dropped.get(), g) != spec.two_phase
 
 
+@pytest.mark.parametrize("tile", [8, 2, 1])
 @pytest.mark.parametrize("rows_per_item", [16, 1, 7], ids=["cpu-chunks", "one-row", "ragged"])
-def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item):
+def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item, tile):
     """``Recurrence.pack`` and ``pack_t`` against their layouts written out in NumPy, two
     directions, gates in a permuted block order: ``rpk[d][j][m][k][v] = R[d][blk_k*H + j*VW +
-    v][m]`` and ``wt[d][c][r][v] = W[d][r][c*VW + v]``, the transposed pack with its rows split
-    over work-items in chunks of 16 (CPUs), 1 (GPUs) and 7 (rows not a multiple of it)."""
+    v][m]`` and ``wt[d][c][r][v] = W[d][r][c*VW + v]``. The pack through register tiles of 8, 2
+    and 1 values square (``PACK_TB``), each work-item over every column (CPUs) or one tile's
+    (GPUs); the transposed pack with its rows split over work-items in chunks of 16 (CPUs), 1
+    (GPUs) and 7 (rows not a multiple of it)."""
     monkeypatch.setattr(engine, "_PACK_T_ROWS", rows_per_item)
+    monkeypatch.setattr(engine, "_PACK_TILE", tile)
     monkeypatch.setattr(engine, "cpu_like", lambda *a: rows_per_item != 1)
     spec = _cell_spec("gru", desc_of("gru"))
     D, H, K, G = 2, 16, 32, 3         # (K: a multiple of the layer's VW, as the engine keeps it)
     rec = engine.Recurrence(device, np.float32, spec, T=3, N=2, H=H, D=D)
     vw, q = rec.vw, device.queue
+    assert rec._pack_tile == min(tile, vw)
     rng = np.random.default_rng(3)
     R = rng.standard_normal((D, G * H, K)).astype(np.float32)
     blocks = (2, 0, 1)

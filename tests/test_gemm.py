@@ -395,6 +395,53 @@ def test_other_tile_configs(dev, ta, tb, monkeypatch):
                 assert _rel(out, ref) <= 1e-5, (tuning, pack, m, n, k)
 
 
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
+def test_every_pack_mode(dev, ta, tb, monkeypatch):
+    """The pack kernels' launch modes for operands stored along k (each work-item streaming
+    GEMM_PACK_KC rows over all of k) and along the rows (tiles fast) pack right: row counts
+    that are not multiples of the tile (zero rows after them), k with a tail after its last
+    square block, padded leading dimensions and a batch. Tiles of 8 with 4-wide squares, so
+    that both panels can stream; the modes the packs took are recorded and must be the ones
+    their strides call for. (The third mode, chunks of k, runs where GEMM_PACK_KC is no vector
+    width: test_other_tile_configs.)"""
+    tuning = {"GEMM_TM": 8, "GEMM_TN": 8, "GEMM_VW": 4, "GEMM_PACK_KC": 4, "GEMM_LOCAL": 0}
+    other = Device(dev.cl_device, context=dev.context, queue=dev.queue, info=dev.info)
+    monkeypatch.setattr(other, "tuning", lambda family: dict(dev.tuning(family), **tuning))
+    monkeypatch.setattr(gemm_module, "_FORCE_PACK", (True, True))
+    modes = set()
+    real_set_args = gemm_module._set_args
+
+    def spy(prog, name, code, *args):
+        if "pack" in name:
+            modes.add(args[2])
+        return real_set_args(prog, name, code, *args)
+
+    monkeypatch.setattr(gemm_module, "_set_args", spy)
+    rng = np.random.default_rng(10)
+    for m, n, k in [(13, 21, 19), (8, 16, 8), (3, 5, 2), (17, 9, 33)]:
+        out, ref = _run(other, np.float32, m, n, k, ta, tb, 1.0, 0.0, rng)
+        assert _rel(out, ref) <= 1e-5, (m, n, k)
+    q = dev.queue
+    m, n, k, batch = 11, 19, 23, 2
+    a_rows, a_cols = (k, m) if ta else (m, k)
+    b_rows, b_cols = (n, k) if tb else (k, n)
+    lda, ldb = a_cols + 3, b_cols + 1
+    As = rng.standard_normal((batch, a_rows, lda)).astype(np.float32)
+    Bs = rng.standard_normal((batch, b_rows, ldb)).astype(np.float32)
+    c = cla.zeros(q, (batch, m, n), np.float32)
+    gemm(other, np.float32, m, n, k, _dev_array(q, As), _dev_array(q, Bs), c, trans_a=ta,
+         trans_b=tb, lda=lda, ldb=ldb, batch=batch, stride_a=a_rows * lda,
+         stride_b=b_rows * ldb, stride_c=m * n)
+    ref = np.stack([_op(As[i][:, :a_cols], ta).astype(np.float64) @ _op(Bs[i][:, :b_cols], tb)
+                    for i in range(batch)])
+    assert _rel(c.get(), ref) <= 1e-5
+    # op(A) is stored along k unless trans_a, op(B)^T unless not trans_b: the streamed mode
+    # for the operand whose rows run along k, tiles fast for the other
+    expect = {gemm_module._PACK_ROWS if not ta or tb else None,
+              gemm_module._PACK_TILES_FAST if ta or not tb else None} - {None}
+    assert modes == expect, (modes, expect)
+
+
 def test_out_of_order_queue(dev, monkeypatch):
     """On an out-of-order queue the packs, the multiply and the next call's packs (which reuse
     the packing buffer) are chained by events; ``wait_for`` is honoured."""

@@ -383,10 +383,23 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
 // =================================================================================================
 // pack kernels: xp[b][t][kk][TW] = X_b[t*TW + r, kk] (0 for rows >= rows), X[r, kk] = x[r*x_sr + kk*x_sk]
 // pyrnn_gemm_pack_p packs P with TW = GEMM_TM, pyrnn_gemm_pack_q packs Q^T with TW = GEMM_TN.
-// Global: (ceil(k / GEMM_PACK_KC), tiles, batch), or (tiles, ...) when tfast != 0 (work-items
-// next to each other then read neighbouring tiles: right when x_sr == 1).  Packed operands make every load of the outer
-// kernel sequential (no power-of-two strides, no TLB misses) and need no edge handling.
+// Global, by mode (the host's choice, gemm._pack):
+//   GEMM_PACK_CHUNKS: (ceil(k / GEMM_PACK_KC), tiles, batch), a work-item packs GEMM_PACK_KC
+//     values of k of a tile's TW rows;
+//   GEMM_PACK_TILES_FAST: (tiles, ceil(k / GEMM_PACK_KC), batch), the same with work-items next
+//     to each other reading neighbouring tiles (right when x_sr == 1);
+//   GEMM_PACK_ROWS (x_sk == 1, GEMM_PACK_KC a vector width dividing TW): (TW / GEMM_PACK_KC,
+//     tiles, batch), a work-item packs GEMM_PACK_KC rows of a tile over all of k, one square
+//     GEMM_PACK_KC x GEMM_PACK_KC block at a time through registers: it streams its rows from
+//     start to end, which the prefetchers follow. The chunked work-items (TW rows read 64 bytes
+//     at a time) packed an LSTM 512-1024's W 1.5-2x slower on PoCL (AVX-512), from cache and
+//     from memory.
+// Packed operands make every load of the outer kernel sequential (no power-of-two strides, no TLB
+// misses) and need no edge handling.
 // =================================================================================================
+#define GEMM_PACK_CHUNKS 0
+#define GEMM_PACK_TILES_FAST 1
+#define GEMM_PACK_ROWS 2
 #if GEMM_PACK_KC == 2 || GEMM_PACK_KC == 4 || GEMM_PACK_KC == 8 || GEMM_PACK_KC == 16
 #define GEMM_PACK_VEC 1
 #define GEMM_PV GEMM_CAT(GEMM_T, GEMM_PACK_KC)
@@ -397,14 +410,16 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
 // ST: the source's element type, LOAD1(p, i): element i of a source pointer as GEMM_T, LOADROW:
 // GEMM_PACK_KC consecutive source elements as a GEMM_PV vector (Q may be 16-bit: GEMM_QS).
 #define GEMM_PACK_KERNEL(NAME, TW, ST, LOAD1, LOADROW)                                            \
-__kernel void NAME(const int rows, const int k, const int tfast,                                  \
+__kernel void NAME(const int rows, const int k, const int mode,                                   \
                    const __global ST* restrict x, const long x_off, const long x_sr,                \
                    const long x_sk, const long x_batch,                                             \
                    __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {          \
   const int g0 = get_global_id(0), g1 = get_global_id(1);                                          \
+  const long bi = get_global_id(2);                                                                \
+  GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                          \
+  const int tfast = mode == GEMM_PACK_TILES_FAST;                                                  \
   const int k0 = (tfast ? g1 : g0) * GEMM_PACK_KC, t = tfast ? g0 : g1;                            \
   if (k0 >= k || t * (TW) >= rows) return;                                                         \
-  const long bi = get_global_id(2);                                                                \
   x += x_off + bi * x_batch + (long)k0 * x_sk + (long)t * (TW) * x_sr;                             \
   xp += xp_off + bi * xp_batch + ((long)t * k + k0) * (TW);                                        \
   const int kn = min(GEMM_PACK_KC, k - k0), rv = min((TW), rows - t * (TW));                       \
@@ -451,10 +466,39 @@ __kernel void NAME(const int rows, const int k, const int tfast,                
 }
 
 #if GEMM_PACK_VEC
+// GEMM_PACK_ROWS (the comment above): KC rows r0.. of tile g1 (block g0) over all of k, the tail
+// of k (k % KC values) element by element; rows from `rows` on are zeros
+#define GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                    \
+  if (mode == GEMM_PACK_ROWS) {                                                                    \
+    if (g0 * GEMM_PACK_KC >= (TW)) return;                                                         \
+    const int r0 = g1 * (TW) + g0 * GEMM_PACK_KC, rv = rows - r0;                                  \
+    const __global ST* xr = x + x_off + bi * x_batch;                                              \
+    __global GEMM_T* xq = xp + xp_off + bi * xp_batch + (long)g1 * k * (TW) + g0 * GEMM_PACK_KC;   \
+    int kb = 0;                                                                                    \
+    for (; kb + GEMM_PACK_KC <= k; kb += GEMM_PACK_KC) {                                           \
+      GEMM_T sq[GEMM_PACK_KC][GEMM_PACK_KC];                                                       \
+      _Pragma("unroll")                                                                            \
+      for (int r = 0; r < GEMM_PACK_KC; ++r)                                                       \
+        GEMM_PACK_STOREROW(sq[r], xr + (long)min(r0 + r, rows - 1) * x_sr + kb, r < rv, LOAD1,     \
+                           LOADROW);                                                               \
+      _Pragma("unroll")                                                                            \
+      for (int kk = 0; kk < GEMM_PACK_KC; ++kk) {                                                  \
+        GEMM_T col[GEMM_PACK_KC];                                                                  \
+        _Pragma("unroll")                                                                          \
+        for (int r = 0; r < GEMM_PACK_KC; ++r) col[r] = sq[r][kk];                                 \
+        GEMM_PACK_STORECOL(col, xq + (long)(kb + kk) * (TW));                                      \
+      }                                                                                            \
+    }                                                                                              \
+    for (; kb < k; ++kb)                                                                           \
+      for (int r = 0; r < GEMM_PACK_KC; ++r)                                                       \
+        xq[(long)kb * (TW) + r] = r < rv ? LOAD1(xr + (long)(r0 + r) * x_sr, kb) : (GEMM_T)0;     \
+    return;                                                                                        \
+  }
 #define GEMM_PACK_STOREROW(tmp, src, valid, LOAD1, LOADROW)                                        \
   GEMM_CAT(vstore, GEMM_PACK_KC)((valid) ? LOADROW(src) : (GEMM_PV)0, 0, tmp)
 #define GEMM_PACK_STORECOL(col, p) GEMM_CAT(vstore, GEMM_PACK_KC)(GEMM_CAT(vload, GEMM_PACK_KC)(0, col), 0, p)
 #else
+#define GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)  // the host asks for it only with vector KC
 #define GEMM_PACK_STOREROW(tmp, src, valid, LOAD1, LOADROW)                                        \
   for (int e = 0; e < GEMM_PACK_KC; ++e) tmp[e] = (valid) ? LOAD1(src, e) : (GEMM_T)0
 #define GEMM_PACK_STORECOL(col, p) for (int e = 0; e < GEMM_PACK_KC; ++e) (p)[e] = (col)[e]

@@ -23,57 +23,89 @@
 #error "pack.cl: a 16-bit pack holds the weight's own 16-bit dtype (PACK_DTYPE = PYRNN_DTYPE)"
 #endif
 
-/* the source weight's element and REC_VW consecutive ones as a realV */
+/* The source weight's elements as reals: SRC_LOAD1(p) one, SRC_LOADN(n, p) n (2, 4, 8, 16)
+ * consecutive ones; LOAD_SRCV(p) REC_VW of them as a realV. */
 #if SRC_S16
 typedef storage src_t;
-#if REC_VW == 1
-#define LOAD_SRCV(p) PYRNN_S16_LOAD(PYRNN_DTYPE, 0, p)
-#else
-#define LOAD_SRCV(p) PYRNN_S16_LOADN(PYRNN_DTYPE, REC_VW, p)
-#endif
+#define SRC_LOAD1(p) PYRNN_S16_LOAD(PYRNN_DTYPE, 0, p)
+#define SRC_LOADN(n, p) PYRNN_S16_LOADN(PYRNN_DTYPE, n, p)
 #else
 typedef real src_t;
-#define LOAD_SRCV(p) LOADV(p)
+#define SRC_LOAD1(p) (*(p))
+#define SRC_LOADN(n, p) PYRNN_CAT(vload, n)(0, (p))
+#endif
+#if REC_VW == 1
+#define LOAD_SRCV(p) SRC_LOAD1(p)
+#else
+#define LOAD_SRCV(p) SRC_LOADN(REC_VW, p)
 #endif
 
-/* On a kernel written with explicit vectors of REC_VW: tells a compiler that vectorises across
+/* pyrnn_pack's square tile: PACK_TB x PACK_TB values through registers (PACK_TB divides REC_VW;
+ * the host's choice, engine._PACK_TILE). */
+#if !defined(PACK_TB) || PACK_TB < 1 || REC_VW % PACK_TB != 0
+#error "pack.cl: PACK_TB, a divisor of REC_VW"
+#endif
+#if PACK_TB == 1
+typedef real tileV;
+#define LOAD_TILEV(p) SRC_LOAD1(p)
+#define STORE_TILEV(v, p) PACK_STORE1(v, p)
+#else
+typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
+#define LOAD_TILEV(p) SRC_LOADN(PACK_TB, p)
+#define STORE_TILEV(v, p) PACK_STOREN(PACK_TB, v, p)
+#endif
+
+/* On a kernel written with explicit vectors: tells a compiler that vectorises across
  * work-items (Intel's CPU runtime packs neighbours along dimension 0) that it is vectorised
- * already. Intel's runtime otherwise packed the pack kernels' in-register VW x VW transposes
- * across work-items, 2.5-3x slower (LSTM H = 512: 1.45 -> 0.58 ms); PoCL is unchanged. (On the
- * step and GEMM kernels it changed nothing measurable.) */
-#define PYRNN_VECTORISED __attribute__((vec_type_hint(realV)))
+ * already. Intel's runtime otherwise packed the pack kernels' in-register transposes across
+ * work-items, 2.5-3x slower (LSTM H = 512: 1.45 -> 0.58 ms); PoCL is unchanged. (On the step and
+ * GEMM kernels it changed nothing measurable.) */
+#define PYRNN_VECTORISED(T) __attribute__((vec_type_hint(T)))
 
 #ifndef PYRNN_UNROLL
 #define PYRNN_UNROLL _Pragma("unroll")
 #endif
 
-/* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from user
- * block blk_k). Also packs W_proj with G = 1. Global size (K/VW, H/VW, D): one work-item
- * transposes the G blocks of VW x VW (VW units of one gate x VW columns m) of one vector of units
- * and columns, each through registers (VW contiguous row loads, VW contiguous vector stores), so
- * that it writes G * VW * VW contiguous values (K is a multiple of VW: the engine picks VW so).
- * One work-item per gate instead wrote VW-value pieces G * VW apart: 1.4-2.2x slower on PoCL
- * (LSTM H = 256-1024). */
-PYRNN_VECTORISED
+/* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from
+ * user block blk_k). Also packs W_proj with G = 1.
+ *
+ * Global size (chunks, H/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB): a
+ * work-item copies PACK_TB units of one gate over K/chunks columns, a PACK_TB x PACK_TB tile at a
+ * time through registers (PACK_TB contiguous row loads, PACK_TB contiguous stores). CPUs: one
+ * chunk, so that each work-item streams its PACK_TB rows from start to end (the prefetchers
+ * follow PACK_TB streams); one work-item per VW x VW tile of all G gates instead (4*VW rows read
+ * 64 bytes at a time) was 1.5-2x slower on PoCL, from cache and from memory (LSTM H = 512-1024).
+ * GPUs: K/PACK_TB chunks, so that neighbouring work-items read neighbouring columns. */
+PYRNN_VECTORISED(tileV)
 __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
                          const int blk2, const int blk3, __global const src_t *R,
                          const long r_off, const long r_dstride, __global pack_t *rpk)
 {
-    const int mv = get_global_id(0), jv = get_global_id(1), d = get_global_id(2);
-    const int HV = H / REC_VW, m0 = mv * REC_VW;
-    __global pack_t *dst = rpk + (((long)d * HV + jv) * K + m0) * G * REC_VW;
-    for (int k = 0; k < G; ++k) {
-        const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
-        __global const src_t *src = R + r_off + d * r_dstride + ((long)blk * H + jv * REC_VW) * K + m0;
-        real t[REC_VW][REC_VW];        /* t[unit][column] */
+    const int jt = get_global_id(1), k = get_global_id(2) % G, d = get_global_id(2) / G;
+    const int per = K / (int)get_global_size(0), m_start = get_global_id(0) * per;
+    const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
+    const int j0 = jt * PACK_TB, jv = j0 / REC_VW;
+    __global const src_t *src = R + r_off + d * r_dstride + ((long)blk * H + j0) * K;
+    __global pack_t *dst = rpk + ((long)d * (H / REC_VW) + jv) * K * G * REC_VW
+                         + k * REC_VW + (j0 - jv * REC_VW);
+    for (int m0 = m_start; m0 < m_start + per; m0 += PACK_TB) {
+        real t[PACK_TB][PACK_TB];      /* t[unit][column] */
         PYRNN_UNROLL
-        for (int i = 0; i < REC_VW; ++i) STOREV(LOAD_SRCV(src + (long)i * K), t[i]);
-        PYRNN_UNROLL
-        for (int c = 0; c < REC_VW; ++c) {
-            real col[REC_VW];
+        for (int i = 0; i < PACK_TB; ++i) {
+            tileV row = LOAD_TILEV(src + (long)i * K + m0);
             PYRNN_UNROLL
-            for (int i = 0; i < REC_VW; ++i) col[i] = t[i][c];
-            STORE_PACKV(LOADV(col), dst + (long)c * G * REC_VW + k * REC_VW);
+            for (int c = 0; c < PACK_TB; ++c) t[i][c] = ((real *)&row)[c];
+        }
+        PYRNN_UNROLL
+        for (int c = 0; c < PACK_TB; ++c) {
+            real col[PACK_TB];
+            PYRNN_UNROLL
+            for (int i = 0; i < PACK_TB; ++i) col[i] = t[i][c];
+#if PACK_TB == 1
+            STORE_TILEV(col[0], dst + (long)(m0 + c) * G * REC_VW);
+#else
+            STORE_TILEV(PYRNN_CAT(vload, PACK_TB)(0, col), dst + (long)(m0 + c) * G * REC_VW);
+#endif
         }
     }
 }
@@ -83,7 +115,7 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
  * rows = P). Global size (cols/VW, row chunks, D), the host choosing the chunks: a work-item
  * copies the vectors of ceil(rows / chunks) consecutive rows (one vector each was mostly
  * work-item overhead on CPUs). */
-PYRNN_VECTORISED
+PYRNN_VECTORISED(realV)
 __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t *W,
                            const long w_off, const long w_dstride, __global pack_t *wt)
 {

@@ -18,7 +18,8 @@
 #define PACK_S16 (PACK_DTYPE == 3 || PACK_DTYPE == 4)
 
 /* a pack's element; LOAD_PACKV reads REC_VW consecutive ones as a realV (the step kernels'
- * weight reads), STORE_PACKV writes them (exact: a 16-bit pack stores values read from 16 bits) */
+ * weight reads), STORE_PACKV writes them, PACK_STORE1(v, p) / PACK_STOREN(n, v, p) write one or
+ * n (2, 4, 8, 16) of them (exact: a 16-bit pack stores values read from 16 bits) */
 #if PACK_S16
 typedef PYRNN_S16_T(PACK_DTYPE) pack_t;
 #if REC_VW == 1
@@ -26,20 +27,24 @@ typedef PYRNN_S16_T(PACK_DTYPE) pack_t;
 #else
 #define LOAD_PACKV(p) PYRNN_S16_LOADN(PACK_DTYPE, REC_VW, p)
 #endif
-#if PACK_DTYPE == 3 && REC_VW == 1
-#define STORE_PACKV(v, p) vstore_half_rte((v), 0, (p))
-#elif PACK_DTYPE == 3
-#define STORE_PACKV(v, p) PYRNN_CAT(PYRNN_CAT(vstore_half, REC_VW), _rte)((v), 0, (p))
-#elif REC_VW == 1
-#define STORE_PACKV(v, p) (*(p) = (ushort)(as_uint(v) >> 16))
+#if PACK_DTYPE == 3
+#define PACK_STORE1(v, p) vstore_half_rte((v), 0, (p))
+#define PACK_STOREN(n, v, p) PYRNN_CAT(PYRNN_CAT(vstore_half, n), _rte)((v), 0, (p))
 #else
-#define STORE_PACKV(v, p) PYRNN_CAT(vstore, REC_VW)( \
-    PYRNN_CAT(convert_ushort, REC_VW)(PYRNN_CAT(as_uint, REC_VW)(v) >> 16), 0, (p))
+#define PACK_STORE1(v, p) (*(p) = (ushort)(as_uint(v) >> 16))
+#define PACK_STOREN(n, v, p) PYRNN_CAT(vstore, n)( \
+    PYRNN_CAT(convert_ushort, n)(PYRNN_CAT(as_uint, n)(v) >> 16), 0, (p))
 #endif
 #else
 typedef real pack_t;
 #define LOAD_PACKV(p) LOADV(p)
-#define STORE_PACKV(v, p) STOREV(v, p)
+#define PACK_STORE1(v, p) (*(p) = (v))
+#define PACK_STOREN(n, v, p) PYRNN_CAT(vstore, n)((v), 0, (p))
+#endif
+#if REC_VW == 1
+#define STORE_PACKV(v, p) PACK_STORE1(v, p)
+#else
+#define STORE_PACKV(v, p) PACK_STOREN(REC_VW, v, p)
 #endif
 
 #endif /* PYRNN_PACK_H */
