@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import logging
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
