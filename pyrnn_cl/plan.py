@@ -68,12 +68,18 @@ def _whole_sequence_fits(tuning, compute_units, r_bytes, groups):
       ``REC_SEQ_MAX_BYTES``, when the launch still has a work-group per compute unit and
       ``groups x R`` (what the groups stream from cache every step: each reads all of its
       direction's ``R``, where per-step launches let neighbouring batch groups share a slab)
-      is at most ``REC_SEQ_STREAM_BYTES``.
+      is at most ``REC_SEQ_STREAM_BYTES``;
+    * ``REC_SEQ_SPLIT_BYTES`` (a core's private cache): except an ``R`` over it whose share per
+      compute unit (``R / compute_units``) is within it, which per-step launches keep in the
+      units' own caches, a slice each.
     """
     if r_bytes <= 0:
         return False
     if r_bytes <= int(tuning.get("REC_SEQ_BYTES", 0)):
         return True
+    split = int(tuning.get("REC_SEQ_SPLIT_BYTES", 0))
+    if split and split < r_bytes <= split * max(1, compute_units):
+        return False
     return (r_bytes <= int(tuning.get("REC_SEQ_MAX_BYTES", 0)) and groups >= compute_units
             and groups * r_bytes <= int(tuning.get("REC_SEQ_STREAM_BYTES", 0)))
 
@@ -149,15 +155,18 @@ class LayerPlan:
         fused = whole_sequence(nb)
         # CPUs (REC_ACC_MAX, one work-item per tile): more rows per tile for cells with fewer
         # gates, while the tile's gates x rows vectors fit the accumulator budget and N has
-        # the rows; not where that would change the launch kind, or leave a core without a
-        # whole-sequence work-group
+        # the rows; not where that would turn whole-sequence kernels off, or leave a core
+        # without a whole-sequence work-group. Wider tiles may turn them on: half the groups
+        # stream R each step (GRU 512/64 on a Zen 4, R 3 MiB: 8-row tiles within
+        # REC_SEQ_STREAM_BYTES where 4-row ones were not, 3 % faster than 8-row tiles per step)
         acc_max = int(tuning.get("REC_ACC_MAX", 0)) if int(tuning.get("REC_KS", 1)) <= 1 else 0
         wide = nb
         while acc_max and wide < 16 and 2 * wide * cell.G <= acc_max and 2 * wide <= N:
             wide *= 2
-        if wide > nb and whole_sequence(wide) == fused and (
-                not fused or D * -(-N // wide) >= compute_units):
-            nb = wide
+        wide_fused = wide > nb and whole_sequence(wide)
+        if wide > nb and wide_fused >= fused and (
+                not wide_fused or D * -(-N // wide) >= compute_units):
+            nb, fused = wide, wide_fused
         # the forward's tile (gates x rows accumulators beside a weight vector per gate) has
         # fewer rows where REC_NB's do not fit REC_ACC_MAX (an LSTM's 4 x 4 on AVX2's 16
         # registers: spilled); the backward's keeps them, each of its weight vectors serving

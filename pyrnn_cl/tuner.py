@@ -71,7 +71,8 @@ FLOAT64_PARAMS = {"recurrence": ("REC_VW_F64",)}
 #: step decides more than any tile size, and a budget spent on the tiles never reached them (an
 #: Intel Xeon with a 300 MiB L3 whose cores stream it slowly: LSTM 512/16 forward 24 ms with
 #: whole-sequence kernels for its 4 MiB R, 12 ms per step; docs/benchmarks.md)
-SEARCH_FIRST = {"recurrence": ("REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES", "REC_SEQ_BYTES")}
+SEARCH_FIRST = {"recurrence": ("REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES", "REC_SEQ_BYTES",
+                                "REC_SEQ_SPLIT_BYTES")}
 #: share of a family's budget spent on its 16-bit pass
 SIXTEEN_BIT_SHARE = 0.2
 DEFAULT_FAMILIES = ("gemm", "reduce", "recurrence")

@@ -155,6 +155,11 @@ SPACE: dict[str, tuple[Param, ...]] = {
               "... and up to this many with a work-group per compute unit", compiled=False),
         Param("REC_SEQ_STREAM_BYTES", (1 << 23, 1 << 24, 1 << 25, 1 << 26), 0, 1 << 34,
               "... while groups x R stays below this many bytes", compiled=False),
+        Param("REC_SEQ_SPLIT_BYTES", (0, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22), 0,
+              1 << 31,
+              "... but not for R over this many bytes whose share per compute unit is within "
+              "them (per-step launches then keep each unit's slice of R in its own cache; "
+              "0: no such band)", compiled=False),
         Param("REC_BWD_ROWS", (512, 1024, 2048, 4096, 8192), 1, 1 << 24,
               "rows (steps x N) of gate gradients per backward chunk", compiled=False),
         Param("REC_PACK16_BYTES", (0, 1 << 18, 1 << 20, 1 << 22, 1 << 24, NEVER), 0, NEVER,
@@ -344,14 +349,17 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             "REC_WG": 1 if fixed else 0,
             # whole-sequence kernels for R within a core's private cache (256 KiB: the smallest
             # L2 of current server cores; OpenCL reports only the last level), and larger R up
-            # to 1/8 of the last-level cache while every core has a group and what the groups
-            # stream per step fits that cache; but never beyond the level-2 cache a worker reads
-            # through, where the host says how large it is (core_cache_size): each work-group of a
+            # to 1/8 of the last-level cache (at most 4 MiB) while every core has a group and
+            # what the groups stream per step fits that cache. Each work-group of a
             # whole-sequence launch reads all of R every step, while per-step launches split R
-            # over the cores. On a Xeon with 2 MiB L2 per core, LSTM 512/16 forward ran
-            # 26.9 ms whole-sequence (R 4 MiB) and 14.5 ms per step; on a Zen 4 (1 MiB L2)
-            # whole-sequence was 7-20 % faster there (docs/benchmarks.md): the cap costs the
-            # one far less than its absence costs the other
+            # over the cores: where the host says how large the level-2 cache a worker reads
+            # through is (core_cache_size), an R beyond it whose share per core fits it runs
+            # per step (each core keeps its slice in its own cache: on a Xeon with 2 MiB L2 per
+            # core, LSTM 512/16 forward, R 4 MiB, ran 26.9 ms whole-sequence and 14.5 ms per
+            # step). Beyond that band both kinds stream R from the shared level, and the
+            # whole-sequence launch saves the per-step launches and barriers: on a Zen 4 (1 MiB
+            # L2, 2 cores) LSTM and GRU 512/16 ran 4-5 % faster whole-sequence, paired
+            # (docs/benchmarks.md, "Whole-sequence kernels beyond the per-core slices")
             "REC_SEQ_BYTES": 1 << 18,
             # a whole-sequence work-group runs on one thread of a CPU device either way; as one
             # work-item looping over the units it skips the work-item loops around each step's
@@ -359,9 +367,9 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # Zen 4: LSTM 256/256 N = 16 forward 2 % faster, the tiny LSTM and bi2-256x32
             # level; Intel's runtime level; docs/benchmarks.md)
             "REC_SEQ_LOOP": 1,
-            "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8, info.core_cache_size or 1 << 22)
-            if cache else 0,
+            "REC_SEQ_MAX_BYTES": min(1 << 22, cache // 8) if cache else 0,
             "REC_SEQ_STREAM_BYTES": cache,
+            "REC_SEQ_SPLIT_BYTES": info.core_cache_size or 0,
             "REC_BWD_ROWS": CPU_REC_BWD_ROWS,
             # 16-bit packs where R streams from beyond the cache each step (more than a
             # quarter of the last level reported): there halving its bytes pays for the
@@ -399,6 +407,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                       "REC_ACC_MAX": 0,
                       "REC_KS": _pow2_floor(clamp_work_group(info, simd), (1, 2, 4, 8, 16, 32, 64)),
                       "REC_SEQ_BYTES": 0, "REC_SEQ_MAX_BYTES": 0, "REC_SEQ_STREAM_BYTES": 0,
+                      "REC_SEQ_SPLIT_BYTES": 0,
                       # (a GPU that a tune gives whole-sequence kernels runs a direction's units
                       # on the lanes of one work-group)
                       "REC_SEQ_LOOP": 0,

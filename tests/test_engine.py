@@ -602,6 +602,14 @@ def test_whole_sequence_rule():
     assert not fits(t, 1, 4097, 1)             # over the maximum
     assert not fits({"REC_SEQ_BYTES": 256}, 1, 257, 8)   # no maximum given: small layers only
     assert not fits({}, 1, 1, 1)                         # no values: never
+    # a split size: R over it whose share per compute unit fits it runs per step (a slice in
+    # each unit's cache), larger R whole-sequence again; small R is unaffected
+    t = dict(t, REC_SEQ_SPLIT_BYTES=1024)
+    assert fits(t, 2, 256, 1) and fits(t, 2, 1024, 2)
+    assert not fits(t, 2, 1025, 2) and not fits(t, 2, 2048, 2)
+    assert fits(t, 2, 2049, 2) and fits(t, 2, 4096, 2)
+    assert not fits(t, 4, 4096, 4)                       # 4 units: 4096 / 4 fits a unit's cache
+    assert fits(dict(t, REC_SEQ_BYTES=4096), 4, 4096, 4)  # (small still wins)
 
 
 @pytest.mark.parametrize("cell", list(CELLS))

@@ -26,7 +26,7 @@ from helpers.fake_devices import (
     TINY_GPU,
     ZOO,
 )
-from pyrnn_cl import tuning
+from pyrnn_cl import plan, tuning
 from pyrnn_cl.devices import DeviceInfo, profile_for
 from pyrnn_cl.devices import info as info_module
 from pyrnn_cl.errors import TuningWarning
@@ -168,23 +168,31 @@ def test_derived_defaults_differ_where_the_devices_do():
     assert unknown["REC_PACK16_BYTES"] == tuning.NEVER
 
 
-def test_whole_sequence_kernels_stay_within_the_level_2_cache():
+def test_whole_sequence_kernels_leave_the_per_core_slices_to_per_step_launches():
     """Each work-group of a whole-sequence launch reads all of R every step, while per-step
-    launches split R over the cores: larger R runs whole-sequence only within the host's
-    level-2 cache (a Xeon with 2 MiB per core and a 300 MiB last level: LSTM 512/16
-    forward, R 4 MiB, 26.9 ms whole-sequence against 14.5 ms per step), also through PoCL's
-    table, which holds no size of its own."""
+    launches split R over the cores: an R beyond the host's level-2 cache whose share per core
+    fits it runs per step (a Xeon with 2 MiB per core and a 300 MiB last level: LSTM 512/16
+    forward, R 4 MiB, 26.9 ms whole-sequence against 14.5 ms per step), a larger one up to the
+    limit whole-sequence again (a Zen 4 with 1 MiB per core: 4-5 % faster), also through
+    PoCL's table, which holds no size of its own. What the plan decides, per R, on two cores
+    with two work-groups."""
     xeon = dataclasses.replace(AVX512_CPU, global_mem_cache_size=300 << 20,
-                               core_cache_size=2 << 20)
-    for info in (xeon, dataclasses.replace(xeon, core_cache_size=1 << 20)):
+                               core_cache_size=2 << 20, compute_units=2)
+    zen4 = dataclasses.replace(xeon, global_mem_cache_size=32 << 20, core_cache_size=1 << 20)
+    mib = 1 << 20
+    for info, whole in ((xeon, {1: True, 2: True, 3: False, 4: False, 5: False}),
+                        (zen4, {1: True, 2: False, 3: True, 4: True, 5: False})):
         values, _ = tuning.resolve(info, profile_for(info), "recurrence")
-        assert values["REC_SEQ_MAX_BYTES"] == info.core_cache_size
-        assert values["REC_SEQ_BYTES"] == 1 << 18        # small layers: always one launch
-    # unknown (no sysfs): the last-level rule alone; a large private cache: the 4 MiB cap
-    for core, expected in ((0, 4 << 20), (8 << 20, 4 << 20)):
-        info = dataclasses.replace(xeon, core_cache_size=core)
-        assert tuning.resolve(info, profile_for(info), "recurrence")[0][
-            "REC_SEQ_MAX_BYTES"] == expected
+        assert values["REC_SEQ_SPLIT_BYTES"] == info.core_cache_size
+        assert values["REC_SEQ_MAX_BYTES"] == 4 * mib          # min(4 MiB, last level / 8)
+        assert values["REC_SEQ_BYTES"] == 1 << 18              # small layers: always one launch
+        got = {r: plan._whole_sequence_fits(values, 2, r * mib, 2) for r in whole}
+        assert got == whole, info.core_cache_size
+    # unknown (no sysfs): the last-level rule alone, no band
+    info = dataclasses.replace(xeon, core_cache_size=0)
+    values, _ = tuning.resolve(info, profile_for(info), "recurrence")
+    assert values["REC_SEQ_SPLIT_BYTES"] == 0 and values["REC_SEQ_MAX_BYTES"] == 4 * mib
+    assert plan._whole_sequence_fits(values, 2, 3 * mib, 2)
 
 
 def test_last_level_cache_from_the_host_where_the_runtime_reports_level_2():
@@ -199,7 +207,8 @@ def test_last_level_cache_from_the_host_where_the_runtime_reports_level_2():
                                 core_cache_size=2 << 20, last_cache_size=300 << 20)
     keys = ("REC_SEQ_MAX_BYTES", "REC_SEQ_STREAM_BYTES", "REC_PACK16_BYTES")
     got = [tuning.derive(i, profile_for(i))["recurrence"] for i in (pocl, intel)]
-    assert [g["REC_SEQ_MAX_BYTES"] for g in got] == [2 << 20, 2 << 20]
+    assert [g["REC_SEQ_MAX_BYTES"] for g in got] == [4 << 20, 4 << 20]
+    assert [g["REC_SEQ_SPLIT_BYTES"] for g in got] == [2 << 20, 2 << 20]
     assert got[1]["REC_SEQ_STREAM_BYTES"] == 300 << 20
     assert got[1]["REC_PACK16_BYTES"] == 75 << 20
     # without the host's figure: the runtime's (level 2) as before
