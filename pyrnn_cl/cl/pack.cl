@@ -1,8 +1,9 @@
 /* pack.cl -- the recurrence's weight packs: R (and W for the input product inside the sequence
  * kernel, and W_proj) from the user's layout into the layouts the step kernels stream.
  *
- * Compiled with PYRNN_DTYPE = the dtype the weight is *stored* in and REC_VW of the layer, and
- * PACK_DTYPE = the dtype of the packs (the codes of PYRNN_DTYPE). For float32/float64 source
+ * Compiled with PYRNN_DTYPE = the dtype the weight is *stored* in, REC_VW of the layer,
+ * PACK_TB = the side of pyrnn_pack's register tile (below), and PACK_DTYPE = the dtype of the
+ * packs (the codes of PYRNN_DTYPE). For float32/float64 source
  * and pack share the dtype. A 16-bit weight (3 float16, 4 bfloat16) is read as stored and
  * packed either to float32 (PACK_DTYPE 1, exact: the pack is the one pass over the weights
  * that every call makes anyway, so a 16-bit call never widens them in a separate pass) or as
@@ -45,13 +46,17 @@ typedef real src_t;
 #if !defined(PACK_TB) || PACK_TB < 1 || REC_VW % PACK_TB != 0
 #error "pack.cl: PACK_TB, a divisor of REC_VW"
 #endif
+/* tileV: a tile row; LOAD_TILEV reads one from the source, LOAD_COLV one from a private array,
+ * STORE_TILEV writes one to the pack */
 #if PACK_TB == 1
 typedef real tileV;
 #define LOAD_TILEV(p) SRC_LOAD1(p)
+#define LOAD_COLV(a) ((a)[0])
 #define STORE_TILEV(v, p) PACK_STORE1(v, p)
 #else
 typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
 #define LOAD_TILEV(p) SRC_LOADN(PACK_TB, p)
+#define LOAD_COLV(a) PYRNN_CAT(vload, PACK_TB)(0, (a))
 #define STORE_TILEV(v, p) PACK_STOREN(PACK_TB, v, p)
 #endif
 
@@ -101,11 +106,7 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
             real col[PACK_TB];
             PYRNN_UNROLL
             for (int i = 0; i < PACK_TB; ++i) col[i] = t[i][c];
-#if PACK_TB == 1
-            STORE_TILEV(col[0], dst + (long)(m0 + c) * G * REC_VW);
-#else
-            STORE_TILEV(PYRNN_CAT(vload, PACK_TB)(0, col), dst + (long)(m0 + c) * G * REC_VW);
-#endif
+            STORE_TILEV(LOAD_COLV(col), dst + (long)(m0 + c) * G * REC_VW);
         }
     }
 }
