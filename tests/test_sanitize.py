@@ -16,9 +16,9 @@ Kernels covered (``cl/*.cl``): recurrence (``pyrnn_fwd``, ``pyrnn_fwd_b``, ``pyr
 ``pyrnn_bwd``, ``pyrnn_bwd_b``, ``pyrnn_bwd_proj``, ``pyrnn_pack``, ``pyrnn_pack_t``,
 ``pyrnn_final``, ``pyrnn_gather_hin``, ``pyrnn_peep_grad``) for the RNN, LSTM and both GRU
 cells, also with products split over work-groups (``REC_KS``); gemm (outer-product, dot and
-pack kernels, and the local-memory tiled kernel); ``pyrnn_sum_rows`` (one and two passes);
-util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_mul``); dropout
-(``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
+pack kernels in each launch mode, and the local-memory tiled kernel); ``pyrnn_sum_rows`` (one
+and two passes); util (``pyrnn_add_rows``, ``pyrnn_copy3``, ``pyrnn_act_map``, ``pyrnn_mul``);
+dropout (``pyrnn_dropout``, ``pyrnn_philox``); ``pyrnn_axpy`` (selfcheck).
 """
 
 from __future__ import annotations
@@ -333,6 +333,33 @@ def test_gemm_every_transposition(device, m, n, k):
     out = cla.to_device(q, np.ones(n, F32))
     gemm.sum_rows(device, F32, m, n, cla.to_device(q, rows), out, beta=1.0)
     _close(out.get(), rows.astype(float).sum(axis=0) + 1, "sum_rows", rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_pack_kernels(device, monkeypatch):
+    """The pack kernels (``pyrnn_gemm_pack_p`` / ``_q``) forced on, in each launch mode: tiles
+    of 8 with 4-wide squares, so that the operand stored along k streams its rows
+    (``GEMM_PACK_ROWS``) and the other runs tiles fast; then 3-value chunks of k, no vector
+    width (``GEMM_PACK_CHUNKS``'s element path). Sizes that fill no tile and leave a k tail,
+    every transposition, a batch of 2 with strides."""
+    monkeypatch.setattr(gemm, "_FORCE_PACK", (True, True))
+    rng = np.random.default_rng(16)
+    q = device.queue
+    m, n, k = 11, 19, 23
+    for values in ({"GEMM_TM": 8, "GEMM_TN": 8, "GEMM_VW": 4, "GEMM_PACK_KC": 4},
+                   {"GEMM_TM": 3, "GEMM_TN": 8, "GEMM_VW": 4, "GEMM_PACK_KC": 3}):
+        override_tuning(device, monkeypatch, family="gemm", GEMM_LOCAL=0, **values)
+        for ta in (False, True):
+            for tb in (False, True):
+                a = _r(rng, 2, *((k, m) if ta else (m, k)))
+                b = _r(rng, 2, *((n, k) if tb else (k, n)))
+                c = cla.zeros(q, (2, m, n), F32)
+                gemm.gemm(device, F32, m, n, k, cla.to_device(q, a), cla.to_device(q, b), c,
+                          trans_a=ta, trans_b=tb, batch=2, stride_a=a[0].size,
+                          stride_b=b[0].size, stride_c=m * n)
+                opa = np.swapaxes(a, 1, 2) if ta else a
+                opb = np.swapaxes(b, 1, 2) if tb else b
+                _close(c.get(), opa.astype(float) @ opb, f"packed gemm {values} {ta} {tb}",
+                       rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("tile", [(16, 24, 5, 2, 3), (64, 64, 16, 4, 4)],
