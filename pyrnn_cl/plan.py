@@ -164,7 +164,7 @@ class LayerPlan:
         while acc_max and wide < 16 and 2 * wide * cell.G <= acc_max and 2 * wide <= N:
             wide *= 2
         wide_fused = wide > nb and whole_sequence(wide)
-        if wide > nb and wide_fused >= fused and (
+        if wide > nb and (wide_fused or not fused) and (
                 not wide_fused or D * -(-N // wide) >= compute_units):
             nb, fused = wide, wide_fused
         # the forward's tile (gates x rows accumulators beside a weight vector per gate) has

@@ -358,7 +358,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
             # core, LSTM 512/16 forward, R 4 MiB, ran 26.9 ms whole-sequence and 14.5 ms per
             # step). Beyond that band both kinds stream R from the shared level, and the
             # whole-sequence launch saves the per-step launches and barriers: on a Zen 4 (1 MiB
-            # L2, 2 cores) LSTM and GRU 512/16 ran 4-5 % faster whole-sequence, paired
+            # L2, 2 cores) LSTM and GRU 512 layers ran 2-6 % faster whole-sequence, paired
             # (docs/benchmarks.md, "Whole-sequence kernels beyond the per-core slices")
             "REC_SEQ_BYTES": 1 << 18,
             # a whole-sequence work-group runs on one thread of a CPU device either way; as one

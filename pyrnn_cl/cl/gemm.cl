@@ -392,8 +392,9 @@ __kernel void pyrnn_gemm_dot(const int m, const int n, const int k, const int mf
 //     tiles, batch), a work-item packs GEMM_PACK_KC rows of a tile over all of k, one square
 //     GEMM_PACK_KC x GEMM_PACK_KC block at a time through registers: it streams its rows from
 //     start to end, which the prefetchers follow. The chunked work-items (TW rows read 64 bytes
-//     at a time) packed an LSTM 512-1024's W 1.5-2x slower on PoCL (AVX-512), from cache and
-//     from memory.
+//     at a time, the same square transposes) packed an LSTM 512-1024's W 1.5-2x slower on PoCL
+//     (AVX-512), from cache and from memory; scalar stores TW apart instead of the squares'
+//     vector stores, 2-3x slower still.
 // Packed operands make every load of the outer kernel sequential (no power-of-two strides, no TLB
 // misses) and need no edge handling.
 // =================================================================================================
@@ -416,7 +417,7 @@ __kernel void NAME(const int rows, const int k, const int mode,                 
                    __global GEMM_T* restrict xp, const long xp_off, const long xp_batch) {          \
   const int g0 = get_global_id(0), g1 = get_global_id(1);                                          \
   const long bi = get_global_id(2);                                                                \
-  GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                          \
+  GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                      \
   const int tfast = mode == GEMM_PACK_TILES_FAST;                                                  \
   const int k0 = (tfast ? g1 : g0) * GEMM_PACK_KC, t = tfast ? g0 : g1;                            \
   if (k0 >= k || t * (TW) >= rows) return;                                                         \
@@ -430,25 +431,9 @@ __kernel void NAME(const int rows, const int k, const int mode,                 
       for (int r = 0; r < (TW); ++r) xp[kk * (TW) + r] = LOAD1(x, r);                              \
       x += x_sk;                                                                                   \
     }                                                                                              \
-  } else if (GEMM_PACK_VEC && x_sk == 1 && kn == GEMM_PACK_KC && (TW) % GEMM_PACK_KC == 0) {     \
-    /* rows contiguous along k, a panel row a whole number of vectors: per block of           */  \
-    /* GEMM_PACK_KC rows a square transpose in registers, one vector store per kk (scalar     */  \
-    /* stores TW apart, the branch below, made the pack of an LSTM 1024's W 2-3x slower)     */  \
-    for (int rb = 0; rb < (TW); rb += GEMM_PACK_KC) {                                              \
-      GEMM_T t[GEMM_PACK_KC][GEMM_PACK_KC];                                                        \
-      _Pragma("unroll")                                                                            \
-      for (int r = 0; r < GEMM_PACK_KC; ++r)                                                       \
-        GEMM_PACK_STOREROW(t[r], x + min(rb + r, rv - 1) * x_sr, rb + r < rv, LOAD1, LOADROW);     \
-      _Pragma("unroll")                                                                            \
-      for (int kk = 0; kk < GEMM_PACK_KC; ++kk) {                                                  \
-        GEMM_T col[GEMM_PACK_KC];                                                                  \
-        _Pragma("unroll")                                                                          \
-        for (int r = 0; r < GEMM_PACK_KC; ++r) col[r] = t[r][kk];                                  \
-        GEMM_PACK_STORECOL(col, xp + kk * (TW) + rb);                                              \
-      }                                                                                            \
-    }                                                                                              \
   } else if (GEMM_PACK_VEC && x_sk == 1 && kn == GEMM_PACK_KC) {                                   \
-    /* rows contiguous along k: one vector per row, scattered into the panel */                    \
+    /* rows contiguous along k: one vector per row, scattered into the panel (where TW is a   */  \
+    /* whole number of vectors the host launches GEMM_PACK_ROWS instead)                       */  \
     _Pragma("unroll")                                                                              \
     for (int r = 0; r < (TW); ++r) {                                                               \
       GEMM_T tmp[GEMM_PACK_KC];                                                                    \
@@ -468,7 +453,7 @@ __kernel void NAME(const int rows, const int k, const int mode,                 
 #if GEMM_PACK_VEC
 // GEMM_PACK_ROWS (the comment above): KC rows r0.. of tile g1 (block g0) over all of k, the tail
 // of k (k % KC values) element by element; rows from `rows` on are zeros
-#define GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                    \
+#define GEMM_PACK_ROWS_MODE(TW, ST, LOAD1, LOADROW)                                                \
   if (mode == GEMM_PACK_ROWS) {                                                                    \
     if (g0 * GEMM_PACK_KC >= (TW)) return;                                                         \
     const int r0 = g1 * (TW) + g0 * GEMM_PACK_KC, rv = rows - r0;                                  \
