@@ -745,15 +745,20 @@ def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item, ti
     assert np.array_equal(got, want.ravel())
 
 
-def test_launches_on_a_per_local_size_compiler_name_a_fixed_few_local_sizes(device, monkeypatch):
+@pytest.mark.parametrize("gemm", ["device's", "tiled"])
+def test_launches_on_a_per_local_size_compiler_name_a_fixed_few_local_sizes(device, monkeypatch,
+                                                                            gemm):
     """Where an implementation compiles a work-group function per local size (PoCL; here any
     device told so), no launch leaves the local size to the driver, whose pick follows the
     shape (one compile per shape), and the launches that need no particular one take the
     profile's few: a float16 two-layer bidirectional LSTM with a projection, lengths and
     dropout (forward and backward: packs, conversions, final states, input gathers, copies),
-    and a peephole BlockLSTM, at two shapes that no power of two divides alike."""
+    and a peephole BlockLSTM, at two shapes that no power of two divides alike. With the
+    device's GEMM, and with the tiled GEMM of GPUs forced on (its work-group is its tile's)."""
     import pyrnn_cl.programs as programs
     monkeypatch.setattr(device.profile, "specialises_per_local_size", True)
+    if gemm == "tiled":
+        override_tuning(device, monkeypatch, "gemm", GEMM_LOCAL=1)
     launches = []
     real = programs._launch
 
@@ -786,8 +791,11 @@ def test_launches_on_a_per_local_size_compiler_name_a_fixed_few_local_sizes(devi
     assert {"pyrnn_pack", "pyrnn_pack_t", "pyrnn_final", "pyrnn_narrow8"} <= names, names
     free = [(n, g) for n, g, local in launches if local is None]
     assert not free, f"launches leaving the local size to the driver: {free}"
-    # (the step kernels' work-groups follow the tiles: REC_WG rows, a direction's units)
-    steps = ("pyrnn_fwd", "pyrnn_bwd", "pyrnn_proj")
+    # (the step kernels' work-groups follow the tiles: REC_WG rows, a direction's units; the
+    # tiled GEMM's (GEMM_LOCAL, the GPUs') is its tuning's one work-group, whatever the shape)
+    steps = ("pyrnn_fwd", "pyrnn_bwd", "pyrnn_proj", "pyrnn_gemm_tiled")
     other = [(n, g, local) for n, g, local in launches
              if not n.startswith(steps) and local != device.profile.local_size(g)]
     assert not other, other
+    tiled = {local for n, _, local in launches if n == "pyrnn_gemm_tiled"}
+    assert len(tiled) == 1 if gemm == "tiled" else len(tiled) <= 1, tiled
