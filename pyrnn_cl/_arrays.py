@@ -141,8 +141,14 @@ def copied_at_creation(queue, a: np.ndarray) -> cla.Array:
 
 def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarray]:
     """Host arrays of regions of device arrays, ``reads`` = ``(array, element offset, shape)``
-    each: every read enqueued, then one wait (``wait=False``: none; the caller finishes
-    ``queue`` before anything reads the arrays, and may meanwhile wrap them, e.g. in tensors).
+    each, every one read by a blocking copy, which waits for the commands queued before it
+    with the GIL released. (A non-blocking copy waits all the same where its event is
+    dropped, pyopencl's event then holding the GIL while it waits, so that no other thread
+    can run Python meanwhile. On NVIDIA's OpenCL, threads sharing a queue while reads were
+    waited for that way crashed the process in a thread of the driver; none did with
+    blocking copies: docs/platforms.md.) Mapped arrays (below) are waited for once after
+    every read is enqueued; ``wait=False``: not at all, the caller finishing ``queue``
+    before anything reads the arrays.
 
     With ``in_place`` (the device's memory is the host's, :func:`shares_host_memory`) an array
     that owns its buffer (a result of the op, not pooled memory that a later call reuses) is
@@ -160,7 +166,7 @@ def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarra
         else:
             host = np.empty(shape, a.dtype)
             cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
-                            is_blocking=False)
+                            is_blocking=True)
         outs.append(host)
     if wait:
         queue.finish()

@@ -271,10 +271,9 @@ def _zeros_on(dev, dkey, t: Tensor):
 def _read(dev, reads, wait=True) -> list:
     """New CPU tensors from regions of device arrays, ``reads`` = ``(array, element offset,
     shape)`` each (:func:`pyrnn_cl._arrays.read_host`: results mapped, not copied, where the
-    device's memory is the host's). ``wait=False``: the tensors hold their values only once
-    ``dev.queue`` is finished, which the caller does before anything reads them; on a device
-    with cores of its own, work done meanwhile overlaps the device's instead of running with
-    it idle (on PoCL, whose workers share the host's cores, this measured neutral)."""
+    device's memory is the host's). ``wait=False``: mapped tensors hold their values only
+    once ``dev.queue`` is finished, which the caller does before anything reads them (copied
+    ones are complete on return: the copies block)."""
     return [_tensor(h) for h in read_host(dev.queue, reads, shares_host_memory(dev), wait)]
 
 
@@ -560,7 +559,7 @@ def _run_forward(x, h0, c0, params, lengths, seeds, attrs, training, device,
 def _forward(x, h0, c0, params, lengths, seeds, attrs, training, device, zero_state=False,
              wait=True, prepare=False):
     """:func:`_run_forward` with its results read into CPU tensors: ``(state, output, h_n,
-    c_n, host_reserved)``. ``wait=False``: the reads are enqueued, not waited for (see
+    c_n, host_reserved)``. ``wait=False``: mapped reads are enqueued, not waited for (see
     :func:`_read`). ``prepare`` (a training forward that a backward will follow; see
     :func:`_prepares_backward`): the backward's host work up to the upstream gradients is done
     now, while the device runs the forward (:func:`pyrnn_cl.cudnn._prepare_backprop`, kept on
@@ -628,7 +627,7 @@ def _backward(st, x, h0, c0, params, lengths, seeds, host_reserved, d_output, d_
     else:
         runs = [(dparams, off, p.shape) for (off, _), p in zip(slots, params)]
     inputs = [a for a, want in zip((dx, dh0, dc0), wanted) if want]
-    # the result tensors are made while the device still runs, then one wait (_read)
+    # mapped result tensors are made while the device still runs, then one wait (_read)
     got = _read(dev, [(a, 0, a.shape) for a in inputs] + runs, wait=False)
     (dx, dh0, dc0), grads = ([got.pop(0) if want else None for want in wanted],
                              got)
@@ -766,8 +765,8 @@ class _EagerRNN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, attrs, training, device, zero_state, x, h0, c0, lengths, seeds, *params):
-        # results not waited for: the caller finishes the queue (_eager_rnn), after autograd's
-        # bookkeeping, which then overlaps the device's work
+        # mapped results not waited for: the caller finishes the queue (_eager_rnn), after
+        # autograd's bookkeeping, which then overlaps the device's work
         state, out, hn, cn, host = _forward(x, h0, c0, params, lengths, seeds, attrs, training,
                                             device, zero_state, wait=False,
                                             prepare=any(ctx.needs_input_grad))

@@ -12,9 +12,11 @@ aborts when several host threads enqueue at once, so its run leaves these out.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
@@ -124,3 +126,49 @@ def test_four_threads_different_ops(device, own_queue):
                                                                   before["disk_hits"])
     memo = programs._memo.get(device.context, {})
     assert loads == len(memo), (loads, len(memo))
+
+
+def test_other_threads_run_python_while_results_are_read(device):
+    """Reading results back waits for the device with the GIL released: another thread keeps
+    running Python meanwhile. (A non-blocking copy whose event is dropped makes pyopencl wait
+    with the GIL held: one thread's read then stopped every other thread's Python for as long
+    as the device worked, and on NVIDIA's OpenCL, threads sharing a queue while reads were
+    waited for that way crashed in a thread of the driver; docs/platforms.md.)"""
+    from pyrnn_cl._arrays import read_host
+    from pyrnn_cl.gemm import gemm
+
+    rng = np.random.default_rng(3)
+    n = 384
+    a = cla.to_device(device.queue, rng.standard_normal((n, n)).astype(np.float32))
+    c = cla.empty(device.queue, (n, n), np.float32)
+    device.queue.finish()
+    stop, stamps = threading.Event(), []
+
+    def tick():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.001)
+
+    # device work of a known length: one product timed alone (after a first one that builds
+    # the kernels), then enough of them queued
+    gemm(device, np.float32, n, n, n, a, a, c)
+    device.queue.finish()
+    start = time.perf_counter()
+    gemm(device, np.float32, n, n, n, a, a, c)
+    device.queue.finish()
+    launches = max(4, int(0.4 / max(time.perf_counter() - start, 1e-4)))
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    time.sleep(0.02)
+    for _ in range(launches):
+        gemm(device, np.float32, n, n, n, a, a, c)
+    start = time.perf_counter()
+    read_host(device.queue, [(c, 0, c.shape)], in_place=False)
+    waited = time.perf_counter() - start
+    stop.set()
+    ticker.join()
+    during = [t for t in stamps if start <= t <= start + waited]
+    gaps = np.diff([start, *during, start + waited])
+    assert waited > 0.1, f"the read waited {waited:.3f} s: too little device work to tell"
+    assert gaps.max() < waited / 2, \
+        f"no Python ran for {gaps.max():.3f} s of the read's {waited:.3f} s wait"
