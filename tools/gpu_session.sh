@@ -14,7 +14,9 @@
 # benchtuned (the GPU tier again, tuned entry in use), times (device time per kernel,
 # tools/kernel_times.py), script (any Python file: SCRIPT="path args", e.g.
 # SCRIPT="tools/bridge_prepare_ab.py lstm:256x256x32x50 lstm:128x64x8x100" for the torch
-# bridge with and without its prepared backward, not yet measured on a GPU), cmd (any shell
+# bridge with and without its prepared backward, not yet measured on a GPU), threadload
+# (tests/test_threads.py again and again while the suite runs beside it: the load under which
+# it crashed on NVIDIA; THREADLOAD_RUNS, THREADLOAD_VARIANTS, THREADLOAD_TIMEOUT), cmd (any shell
 # command: CMD="...", CMD_TIMEOUT, 500 s). A tuning entry in
 # .gpu/tuning/ (carried) is installed first.
 # Environment: TEST_ARGS (pytest paths and arguments, default tests), TEST_MARK ("not slow"),
@@ -90,6 +92,9 @@ for s in "$@"; do
     times)
       stage times 300 python3 tools/kernel_times.py --repeat 5 \
         ${TIMES_SHAPES:-lstm:512x512x16x25 lstm:1024x1024x32x25 lstm:1024x1x32x25 gru:512x512x32x1} ;;
+    threadload)  # tests/test_threads.py in fresh processes while the suite runs beside it
+      PYRNN_CL_TEST=nvidia stage threadload "${THREADLOAD_TIMEOUT:-300}" bash tools/thread_stress.sh --beside-suite \
+        "${THREADLOAD_RUNS:-15}" ${THREADLOAD_VARIANTS:-""} ;;
     cmd)      # any shell command with the set-up above: CMD="..."
       stage cmd "${CMD_TIMEOUT:-500}" bash -c "$CMD" ;;
     script)   # any Python file with the set-up above: SCRIPT="path args"

@@ -10,6 +10,9 @@ with ``tools`` on ``PYTHONPATH``. ``THREAD_DIAG`` names any of:
   and caches its argument-setting code in an SQLite store) and every declaration of its argument
   types (``programs.set_args``) under that lock;
 * ``reads``: every device-to-host copy blocking (``pyopencl.enqueue_copy`` into a NumPy array).
+  Since 2026-11-28 ``_arrays.read_host`` reads that way itself (with non-blocking reads the
+  thread test crashed on NVIDIA's OpenCL under load, and pyopencl waited with the GIL held),
+  so this now changes only reads made elsewhere (``pyopencl.array.Array.get`` blocks anyway).
 
 Unset or empty: nothing changes (the baseline of a comparison).
 """
