@@ -17,7 +17,8 @@ How ``gemm`` runs a product (``gemm.cl``):
 Otherwise (CPUs; one register tile of C per work-item, vector types inside the work-item, no
 local memory):
 
-* large products (``m*n*k*batch >= GEMM_PACK_MIN``): op(B) is first copied into tile panels
+* large products (``m*n*k*batch >= GEMM_PACK_MIN``; NT products, whose unpacked kernel is the
+  slower dot kernel, from ``GEMM_PACK_MIN_NT``): op(B) is first copied into tile panels
   ``[n/TN][k][TN]`` (``pyrnn_gemm_pack_q``, when ``m >= GEMM_PACK_MIN_M``, half that for NT)
   and op(A) into ``[m/TM][k][TM]`` when it is strided along k (``trans_a``, ``n >=
   GEMM_PACK_MIN_M``, ``pyrnn_gemm_pack_p``), so that
@@ -45,6 +46,7 @@ the names and ranges are :data:`pyrnn_cl.tuning.SPACE`):
 ``GEMM_WG``         work-items per group along dimension 0 (host only)
 ``GEMM_PACK_WG``    the same for the pack kernels (host only)
 ``GEMM_PACK_MIN``   multiply-adds from which operands are packed (host only)
+``GEMM_PACK_MIN_NT`` the same for NT products (host only)
 ``GEMM_PACK_MIN_M`` rows of C (columns, for packing A) from which packing pays (host only)
 ==================  ===========================================================================
 """
@@ -69,7 +71,7 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 
 # The host-only tunables (work-group sizes along dimension 0, packing thresholds in
 # multiply-adds m*n*k*batch and rows m); the others are #defines of gemm.cl.
-_HOST_KEYS = ("GEMM_WG", "GEMM_PACK_WG", "GEMM_PACK_MIN", "GEMM_PACK_MIN_M")
+_HOST_KEYS = ("GEMM_WG", "GEMM_PACK_WG", "GEMM_PACK_MIN", "GEMM_PACK_MIN_NT", "GEMM_PACK_MIN_M")
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
@@ -174,11 +176,13 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
     if _FORCE_PACK is not None:
         pack_p, pack_q = _FORCE_PACK
     else:
-        big = m * n * k * batch >= host["GEMM_PACK_MIN"]
         # packing B costs ~k*n copies and saves work on each of the m rows of C (and vice versa);
         # A is packed only when it is strided along k (trans_a): its rows are sequential otherwise
-        # (an NT product's fallback, the dot kernel, is slower: there packing pays from m / 2)
-        min_m = host["GEMM_PACK_MIN_M"] // (2 if trans_b and not trans_a else 1)
+        # (an NT product's fallback, the dot kernel, is slower: there packing pays from m / 2,
+        # and from fewer multiply-adds)
+        nt = trans_b and not trans_a
+        big = m * n * k * batch >= host["GEMM_PACK_MIN_NT" if nt else "GEMM_PACK_MIN"]
+        min_m = host["GEMM_PACK_MIN_M"] // (2 if nt else 1)
         pack_q = big and m >= min_m
         pack_p = big and trans_a and n >= host["GEMM_PACK_MIN_M"]
     if pack_p and trans_b:

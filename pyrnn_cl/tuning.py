@@ -109,8 +109,11 @@ def _gemm_space() -> tuple[Param, ...]:
               "work-items per group along dimension 0", compiled=False),
         Param("GEMM_PACK_WG", (1, 4, 8, 16, 64, 128), 1, 4096,
               "work-items per group of the pack kernels", compiled=False),
-        Param("GEMM_PACK_MIN", (1 << 18, 1 << 20, 1 << 22, 1 << 24), 0, 1 << 40,
-              "multiply-adds (m n k batch) from which operands are packed", compiled=False),
+        Param("GEMM_PACK_MIN", (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30), 0, 1 << 40,
+              "multiply-adds (m n k batch) from which operands are packed (NN, TN, TT)",
+              compiled=False),
+        Param("GEMM_PACK_MIN_NT", (1 << 18, 1 << 20, 1 << 22, 1 << 24), 0, 1 << 40,
+              "the same for NT products (unpacked: the dot kernel)", compiled=False),
         Param("GEMM_PACK_MIN_M", (32, 64, 128, 256, 512), 0, 1 << 30,
               "rows of C from which packing pays", compiled=False),
     )
@@ -327,7 +330,15 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 "GEMM_DTM": dot, "GEMM_DTN": dot,
                 "GEMM_PACK_KC": max(4, vw), "GEMM_FMA": 1,
                 "GEMM_WG": clamp_work_group(info, 16), "GEMM_PACK_WG": clamp_work_group(info, 8),
-                "GEMM_PACK_MIN": 1 << 22, "GEMM_PACK_MIN_M": 128,
+                # packing an operand costs a launch and a pass over it, and pays where the
+                # strided reads it replaces miss the caches: below 2^28 multiply-adds the NN and
+                # TN products ran 3-33 % faster unpacked on PoCL and Intel's runtime alike (the
+                # weight gradients of a tiny LSTM, 52M: 501 against 692 us), from 4.2e8 on
+                # packed and unpacked were level or packing won (1024 x 256 x 1600 A^T B:
+                # 7-22 %). An NT product's unpacked kernel (dot) is 1.2-4x slower than the
+                # packed one from 2.6e7 on (m >= 64): its threshold stays low. docs/
+                # benchmarks.md, "Packing only large products"
+                "GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128,
                 "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=tnv * vwd, GEMM_DVW=vwd,
                       GEMM_PACK_KC=max(4, vwd))
@@ -389,7 +400,8 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         vw = min(4, tn)
         gemm = {"GEMM_VW": vw, "GEMM_TN": tn, "GEMM_TM": tm, "GEMM_DVW": 4, "GEMM_DTM": 2,
                 "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
-                "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_M": 1 << 30,
+                "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_NT": 1 << 40,
+                "GEMM_PACK_MIN_M": 1 << 30,
                 **_gemm_local(info, 4)}
         gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local(info, 8))
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step

@@ -335,9 +335,27 @@ def test_large_products_pick_packing(dev):
         assert launches == 1        # the tiled kernel reads A and B as stored
     else:
         assert launches == 1 + pack_p + pack_q
-        if m * n * k >= host["GEMM_PACK_MIN"] and m >= host["GEMM_PACK_MIN_M"]:
+        if m * n * k >= host["GEMM_PACK_MIN_NT"] and m >= host["GEMM_PACK_MIN_M"]:
             assert pack_q
     assert _rel(c.get(), A.astype(np.float64) @ B.T) <= 1e-5
+
+
+def test_packing_thresholds_per_orientation():
+    """NN, TN and TT products are packed from GEMM_PACK_MIN multiply-adds, NT products (whose
+    unpacked kernel is the slower dot kernel) from GEMM_PACK_MIN_NT and half the rows; A only
+    where it is strided along k (TN, TT) and n reaches GEMM_PACK_MIN_M."""
+    host = {"GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128}
+    choose = gemm_module._choose_packing
+    small, large = (512, 128, 800), (1024, 512, 800)       # 5.2e7 and 4.2e8 multiply-adds
+    assert choose(host, *small, 1, True, False) == (False, False)     # TN: a weight gradient
+    assert choose(host, *small, 1, False, False) == (False, False)    # NN
+    assert choose(host, *small, 1, False, True) == (False, True)      # NT: packed Q
+    assert choose(host, *large, 1, True, False) == (True, True)
+    assert choose(host, *large, 1, False, False) == (False, True)
+    assert choose(host, 100, 512, 128, 1, False, True) == (False, True)   # NT from m >= 64
+    assert choose(host, 60, 1024, 128, 1, False, True) == (False, False)
+    assert choose(host, *small, 8, True, False) == (True, True)       # the batch counts
+    assert choose(host, 800, 512, 64, 1, True, True) == (False, False)    # TT below the bar
 
 
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])
