@@ -147,14 +147,17 @@ def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarra
     can run Python meanwhile. On NVIDIA's OpenCL, threads sharing a queue while reads were
     waited for that way crashed the process in a thread of the driver; none did with
     blocking copies: docs/platforms.md.) Mapped arrays (below) are waited for once after
-    every read is enqueued; ``wait=False``: not at all, the caller finishing ``queue``
-    before anything reads the arrays.
+    every read is enqueued, unless a blocking copy came after the last of them (the queue is
+    in order); ``wait=False``: not at all, the caller finishing ``queue`` before anything
+    reads the arrays. Either way, with ``wait`` every command queued before the call is done
+    when it returns.
 
     With ``in_place`` (the device's memory is the host's, :func:`shares_host_memory`) an array
     that owns its buffer (a result of the op, not pooled memory that a later call reuses) is
     mapped instead of copied: the host array is the device memory itself, and the buffer is
     released with it. Nothing writes to those buffers once the op has returned them."""
     outs = []
+    pending = True      # commands possibly still running: none once a blocking copy returned
     for a, off, shape in reads:
         if not int(np.prod(shape)):
             host = np.zeros(shape, a.dtype)
@@ -163,12 +166,14 @@ def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarra
                 queue, a.base_data,
                 cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
                 a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
+            pending = True
         else:
             host = np.empty(shape, a.dtype)
             cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
                             is_blocking=True)
+            pending = False
         outs.append(host)
-    if wait:
+    if wait and pending:
         queue.finish()
     return outs
 
