@@ -93,8 +93,10 @@ for s in "$@"; do
       stage times 300 python3 tools/kernel_times.py --repeat 5 \
         ${TIMES_SHAPES:-lstm:512x512x16x25 lstm:1024x1024x32x25 lstm:1024x1x32x25 gru:512x512x32x1} ;;
     threadload)  # tests/test_threads.py in fresh processes while the suite runs beside it
-      PYRNN_CL_TEST=nvidia stage threadload "${THREADLOAD_TIMEOUT:-300}" bash tools/thread_stress.sh --beside-suite \
-        "${THREADLOAD_RUNS:-15}" ${THREADLOAD_VARIANTS:-""} ;;
+      read -ra variants <<< "${THREADLOAD_VARIANTS:-}"     # (default: none, the library as it is)
+      [ ${#variants[@]} -gt 0 ] || variants=("")
+      PYRNN_CL_TEST=nvidia stage threadload "${THREADLOAD_TIMEOUT:-300}" bash tools/thread_stress.sh \
+        --beside-suite "${THREADLOAD_RUNS:-15}" "${variants[@]}" ;;
     cmd)      # any shell command with the set-up above: CMD="..."
       stage cmd "${CMD_TIMEOUT:-500}" bash -c "$CMD" ;;
     script)   # any Python file with the set-up above: SCRIPT="path args"

@@ -21,12 +21,13 @@ beside=0
 if [ "${1:-}" = --beside-suite ]; then beside=1; shift; fi
 runs=${1:-10}; shift || true
 variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=("" build kernel reads)
-log=${OUT:-/tmp}/crashes.log
+out_dir=${OUT:-/tmp}
+log=$out_dir/crashes.log
 pids=()
 if [ $beside = 1 ]; then
   workers=${SUITE_WORKERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
   python3 -m pytest -q -p no:cacheprovider tests -m "not slow" -n "$workers" \
-    --deselect tests/test_threads.py > "${OUT:-/tmp}/suite_beside.log" 2>&1 &
+    --deselect tests/test_threads.py > "$out_dir/suite_beside.log" 2>&1 &
   suite=$!; pids+=($suite)
   sleep 10                       # the suite's processes started and building
   load="the suite ($workers processes)"
@@ -59,5 +60,5 @@ for v in "${variants[@]}"; do
        "${failed[$k]:-0} failed otherwise (load: $load)"
 done
 if [ $beside = 1 ]; then
-  kill -0 "$suite" 2>/dev/null && echo "(the suite was still running)" || tail -3 "${OUT:-/tmp}/suite_beside.log"
+  kill -0 "$suite" 2>/dev/null && echo "(the suite was still running)" || tail -3 "$out_dir/suite_beside.log"
 fi
