@@ -71,13 +71,16 @@ def _chunks_used(monkeypatch):
     ("lstm_proj", 1, None, "linear_input"),
 ])
 def test_cudnn_chunked(device, chunked, monkeypatch, mode, D, lens, input_mode):
-    """Two layers, unsorted lengths with 0 and T, every gradient vs cudnn_ref."""
+    """Two layers, unsorted lengths with 0 and T, every gradient vs cudnn_ref, with every new
+    array of the ops poisoned with NaN: ``params_backprop`` gets no zero fill, every weight and
+    bias gradient is written whole by its layer's first chunk, then added to."""
     P = TC.P_ if mode == "lstm_proj" else 0
     mode = "lstm" if mode == "lstm_proj" else mode
     N, H = 4, TC.H_
     I = H if input_mode == "skip_input" else TC.I_
     chunked(N)
     seen = _chunks_used(monkeypatch)
+    TC.poison_new_arrays(monkeypatch)
     x, h0, c0, params, kw = TC.problem(mode, 2, D, P, I=I, T=T, N=N, seed=21,
                                        input_mode=input_mode)
     lens = None if lens is None else np.array(lens, np.int32)

@@ -29,7 +29,20 @@ import pytest
 
 import pyrnn_cl as rc
 from helpers.compare import F32_TOL, F64_TOL
-from helpers.cudnn import H_, I_, N_, P_, T_, assert_rel, cast, fwd_bwd, problem, rel, upstream
+from helpers.cudnn import (
+    H_,
+    I_,
+    N_,
+    P_,
+    T_,
+    assert_rel,
+    cast,
+    fwd_bwd,
+    poison_new_arrays,
+    problem,
+    rel,
+    upstream,
+)
 from helpers.device import PER_STEP, needs_fp64, override_tuning
 from pyrnn_cl.programs import get_program
 from reference import cudnn_ref as ref
@@ -582,15 +595,6 @@ def test_device_arrays(device):
     np.testing.assert_array_equal(back.get(), params)
 
 
-def _poison_new_arrays(monkeypatch):
-    """Every array an op makes with ``Call.empty`` from now on starts filled with NaN (a
-    result element left unwritten then shows)."""
-    real_empty = rc._arrays.Call.empty
-    monkeypatch.setattr(rc._arrays.Call, "empty",
-                        lambda self, shape, dtype=None: rc._arrays.fill(
-                            real_empty(self, shape, dtype), np.nan))
-
-
 @pytest.mark.parametrize("mode,L,D,P,tm,drop", [
     ("lstm", 2, 2, 0, True, 0.4), ("lstm", 2, 1, 2, False, 0.0), ("gru", 3, 2, 0, False, 0.3),
     ("rnn_relu", 1, 1, 0, True, 0.0)])
@@ -599,7 +603,7 @@ def test_prepared_backprop_equals_backprop(device, monkeypatch, mode, L, D, P, t
     then ``_run_backprop`` give ``cudnn_rnn_backprop``'s results bit for bit, with lengths,
     dropout and every upstream gradient, and every new array of the ops poisoned with NaN; a
     plan runs once, and its upstream gradients are checked as the one-call op checks them."""
-    _poison_new_arrays(monkeypatch)
+    poison_new_arrays(monkeypatch)
     x, h0, c0, params, kw = problem(mode, L, D, P, time_major=tm, seed=23)
     kw = dict(kw, dropout=drop, seed=5, seed2=7, time_major=tm)
     q = device.queue
@@ -677,7 +681,7 @@ def test_every_result_element_written(device, monkeypatch, mode, L, D, P):
     up = upstream([(T_, N_, D * (P or H_)), (L * D, N_, P or H_),
                    (L * D, N_, H_) if mode == "lstm" else None], ())
     want = fwd_bwd(device, x, h0, c0, params, lens, up, kw, np.float32)
-    _poison_new_arrays(monkeypatch)
+    poison_new_arrays(monkeypatch)
     got = fwd_bwd(device, x, h0, c0, params, lens, up, kw, np.float32)
     for g, w in zip(got[0][:4] + got[1], want[0][:4] + want[1]):
         np.testing.assert_array_equal(g, w)

@@ -59,3 +59,12 @@ def assert_rel(ours, theirs, tol, what):
     err = rel(ours, theirs)
     assert err <= tol, f"{what}: rel error {err:.3e} > {tol:.0e}"
     return err
+
+
+def poison_new_arrays(monkeypatch):
+    """Every array an op makes with ``Call.empty`` from now on starts filled with NaN (a
+    result element left unwritten then shows)."""
+    real_empty = rc._arrays.Call.empty
+    monkeypatch.setattr(rc._arrays.Call, "empty",
+                        lambda self, shape, dtype=None: rc._arrays.fill(
+                            real_empty(self, shape, dtype), np.nan))
