@@ -586,7 +586,7 @@ class Recurrence:
         # CPUs: one column chunk (each work-item streams its rows); others: one per tile, so that
         # neighbouring work-items read neighbouring columns (the kernel's comment)
         tb = self._pack_tile
-        chunks = 1 if cpu_like(self.device.info, self.device.profile) else width // tb
+        chunks = 1 if cpu_like(self.device.info, self.device.profile) else max(1, width // tb)
         enqueue_on(self.device, knl, (chunks, rows // tb, G * self.D))
         return packed
 

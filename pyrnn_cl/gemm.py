@@ -166,7 +166,8 @@ def _derive_config(device, code: int, tuning: dict) -> tuple[dict, dict]:
     host = {key: int(tuning[key]) for key in _HOST_KEYS}
     host["GEMM_WG"] = max(1, host["GEMM_WG"])
     host["GEMM_PACK_WG"] = max(1, host["GEMM_PACK_WG"])
-    host["GEMM_PACK_KC"] = defines["GEMM_PACK_KC"]
+    for key in ("GEMM_PACK_KC", "GEMM_TN", "GEMM_DVW"):    # (read by _choose_packing)
+        host[key] = defines[key]
     return defines, host
 
 
@@ -183,7 +184,15 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
         nt = trans_b and not trans_a
         big = m * n * k * batch >= host["GEMM_PACK_MIN_NT" if nt else "GEMM_PACK_MIN"]
         min_m = host["GEMM_PACK_MIN_M"] // (2 if nt else 1)
-        pack_q = big and m >= min_m
+        # a Q of few values, which the unpacked kernels would spend most of their work on: an
+        # NT product over fewer k than one vector of the dot kernel (its sums are mostly
+        # padding; x W^T of a layer with I < GEMM_DVW inputs), or an NN product with fewer
+        # columns than one tile (read element by element; dx = dgx W of such a layer). Its
+        # pack is n*k copies, and the outer kernel then reads whole zero-padded tiles: 800 x
+        # 512 x 1 NT 1050 -> 145 us, 800 x 8 x 512 NN 1600 -> 420 us (PoCL, Zen 4)
+        few_k = nt and k < host["GEMM_DVW"]
+        few_n = not trans_a and not trans_b and n < host["GEMM_TN"]
+        pack_q = (big or few_k or few_n) and m >= min_m
         pack_p = big and trans_a and n >= host["GEMM_PACK_MIN_M"]
     if pack_p and trans_b:
         pack_q = True  # the outer kernel reads an unpacked Q only along contiguous rows
@@ -401,12 +410,39 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
     a_si, a_sk = (1, lda) if trans_a else (lda, 1)
     b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
-    pack_p, pack_q = _choose_packing(host, m, n, k, batch, trans_a, trans_b)
+    # Fewer columns than one tile of C and many rows (the gradients of a layer with few
+    # inputs: dW = dgx^T x, TN; dx = dgx W, NN): C^T = op(B)^T op(A)^T, whose columns are C's
+    # rows, so that the kernel's vectors run along m instead of gathering n < GEMM_TN columns
+    # element by element. TN reads A as stored ([k x m]); NN packs A's rows into Q panels
+    # first (m*k copies), which pays below half a tile (from there packing B does better:
+    # _choose_packing). PoCL, Zen 4: 512 x 8 x 800 TN 1430 -> 200 us, 800 x 8 x 512 NN 1600
+    # -> 270 us (B packed: 410 us).
+    swap = (k and not trans_b and n < tn <= m and (trans_a or 2 * n <= tn) and prog_q is prog
+            and _FORCE_PACK is None)
+    pack_p, pack_q = ((False, False) if swap
+                      else _choose_packing(host, m, n, k, batch, trans_a, trans_b))
     if prog_q is not prog and trans_a and trans_b:
         pack_q = True   # unpacked TT reads B as P, which is GEMM_T only
     scratch = None
 
-    if pack_p or pack_q:
+    if swap:
+        p = (b_buf, b_off, tm, 1, ldb, stride_b)       # P = op(B)^T: [n x k], B stored [k x n]
+        if trans_a:
+            q = (a_buf, a_off, tn, lda, m, stride_a)
+        else:
+            mt = -(-m // tn)
+            q_panel = mt * tn * k
+            scratch = _Scratch.get(device, q_panel * (batch if stride_a else 1) * itemsize)
+            if not in_order and scratch.last_event is not None:
+                events.append(scratch.last_event)
+            pack_event = _pack(prog, code, queue, host, "pyrnn_gemm_pack_q", m, k, tn, a_buf,
+                               a_off, lda, 1, stride_a, batch, scratch.buf, 0, events)
+            if not in_order:
+                events.append(pack_event)
+            q = (scratch.buf, 0, k * tn, tn, mt * tn, q_panel if stride_a else 0)
+        rows, cols, d, mfast, bs = n, m, (c_off, 1, ldc), 0, (1, 0)  # bias along D's rows
+        outer = prog
+    elif pack_p or pack_q:
         # Pack into tile panels [tiles][k][tile] (one per batch entry unless the stride is 0):
         # op(A) rows with tile GEMM_TM at element 0, op(B)^T rows with tile GEMM_TN after it.
         mt, nt = -(-m // tm), -(-n // tn)

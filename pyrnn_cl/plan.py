@@ -221,7 +221,7 @@ class LayerPlan:
         GEMM first: every work-group would read ``W`` beside ``R`` each step, at the step
         kernel's speed rather than the GEMM's (LSTM 256/256/16/150 forward 15 % and
         256/128/32/50 28 % faster with the GEMM, 2-vCPU Xeon, PoCL)."""
-        return (self.fused and I > 0 and I % self.vw == 0
+        return (self.fused and I > 0
                 and self.G * self.H * max(self.K, I) * self.pack_itemsize() <= self.small_bytes)
 
     # -- buffers (bytes, by name) -----------------------------------------------------------

@@ -317,19 +317,21 @@ def test_launches_are_counted_and_linear_in_T(device, cell):
 
 
 @pytest.mark.parametrize("in_kernel", [True, False])
+@pytest.mark.parametrize("I", [8, 1, 19])
 def test_whole_sequence_forward_with_and_without_the_input_product_inside(device, monkeypatch,
-                                                                          in_kernel):
+                                                                          in_kernel, I):
     """A whole-sequence layer computes ``x W^T + b`` inside its kernel only while its packs fit
     ``REC_SEQ_BYTES`` (``LayerPlan.projects_in_kernel``); a larger one runs the input GEMM first
     and the same whole-sequence kernel on its gates. Both give the reference's answer, forward
-    and gradients, for every cell that runs whole-sequence kernels."""
+    and gradients, for every cell that runs whole-sequence kernels, and for input widths that
+    are no multiple of the pack's tile (I = 1, 19: W's last columns packed one by one)."""
     needs_fp64(device)
     seq_bytes = (1 << 20) if in_kernel else 256          # 4 x 16 x 16 x 8 bytes > 256
     override_tuning(device, monkeypatch, REC_SEQ_BYTES=seq_bytes, REC_SEQ_MAX_BYTES=1 << 30,
                     REC_SEQ_STREAM_BYTES=1 << 40)
     # (a work-group per compute unit, which larger whole-sequence layers need: N rows over
     # REC_NB rows per tile)
-    H, I = 16, 8
+    H = 16
     N = int(device.tuning("recurrence")["REC_NB"]) * device.info.compute_units + 1
     ran = []
     for cell in ("lstm", "gru-after", "rnn"):

@@ -344,7 +344,8 @@ def test_packing_thresholds_per_orientation():
     """NN, TN and TT products are packed from GEMM_PACK_MIN multiply-adds, NT products (whose
     unpacked kernel is the slower dot kernel) from GEMM_PACK_MIN_NT and half the rows; A only
     where it is strided along k (TN, TT) and n reaches GEMM_PACK_MIN_M."""
-    host = {"GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128}
+    host = {"GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128,
+            "GEMM_TN": 64, "GEMM_DVW": 16}
     choose = gemm_module._choose_packing
     small, large = (512, 128, 800), (1024, 512, 800)       # 5.2e7 and 4.2e8 multiply-adds
     assert choose(host, *small, 1, True, False) == (False, False)     # TN: a weight gradient
@@ -356,6 +357,61 @@ def test_packing_thresholds_per_orientation():
     assert choose(host, 60, 1024, 128, 1, False, True) == (False, False)
     assert choose(host, *small, 8, True, False) == (True, True)       # the batch counts
     assert choose(host, 800, 512, 64, 1, True, True) == (False, False)    # TT below the bar
+    # a Q of few values is packed whatever the size: NT over k < GEMM_DVW (x W^T of a layer
+    # with few inputs), NN with n < GEMM_TN columns (its dx), from as many rows as above
+    assert choose(host, 100, 512, 15, 1, False, True) == (False, True)
+    assert choose(host, 100, 512, 16, 1, False, True) == (False, False)
+    assert choose(host, 800, 63, 512, 1, False, False) == (False, True)
+    assert choose(host, 800, 64, 512, 1, False, False) == (False, False)
+    assert choose(host, 100, 8, 512, 1, False, False) == (False, False)
+    assert choose(host, 60, 512, 1, 1, False, True) == (False, False)
+
+
+@pytest.mark.parametrize("ta", [True, False], ids=["TN", "NN"])
+def test_few_columns_run_transposed(dev, ta, monkeypatch):
+    """TN and NN products with fewer columns than one tile (GEMM_TN) but many rows compute
+    C^T = op(B)^T op(A)^T, so the vectors run along m: TN in one launch reading A as stored, NN
+    (below half a tile) packing A first; correct with a batch, a bias, beta over NaN and
+    offsets, also on an out-of-order queue (the pack, then the product, chained by events)."""
+    if _tiled(dev):
+        pytest.skip("the tiled kernel (GPUs) reads every operand through its strides")
+    _, host = gemm_module._gemm_config(dev, 1)
+    tn = host["GEMM_TN"]
+    rng = np.random.default_rng(13)
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    queues = [(dev, dev.queue)]
+    if dev.cl_device.queue_properties & props:
+        queue = cl.CommandQueue(dev.context, dev.cl_device, properties=props)
+        ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
+        ooo.tuning = dev.tuning
+        queues.append((ooo, queue))
+    m, k, batch = tn + 37, 29, 2
+    shapes = []         # (rows, cols) of each product kernel's output D
+    real_launch = gemm_module._launch
+    monkeypatch.setattr(gemm_module, "_launch", lambda prog, code, queue, host, name, args, *r: (
+        shapes.append(args[:2]), real_launch(prog, code, queue, host, name, args, *r))[1])
+    for device, q in queues:
+        for n in (1, 3, tn // 2 - 1, tn // 2):
+            A = rng.standard_normal((batch,) + ((k, m) if ta else (m, k))).astype(np.float32)
+            B = rng.standard_normal((batch, k, n)).astype(np.float32)
+            bias = rng.standard_normal(n + 2).astype(np.float32)
+            for beta in (0.0, 0.5):
+                C0 = (rng.standard_normal((batch, m, n)) if beta
+                      else np.full((batch, m, n), np.nan)).astype(np.float32)
+                c = _dev_array(q, C0)
+                a, b, bb = _dev_array(q, A), _dev_array(q, B), _dev_array(q, bias)
+                q.finish()
+                before = programs.launch_count()
+                gemm(device, np.float32, m, n, k, a, b, c, trans_a=ta, beta=beta, batch=batch,
+                     stride_a=A[0].size, stride_b=B[0].size, stride_c=m * n, bias=bb,
+                     bias_offset=2)
+                assert programs.launch_count() - before == (1 if ta else 2), n
+                assert shapes[-1] == (n, m)       # D = C^T
+                q.finish()
+                ref = np.stack([_op(A[i], ta).astype(np.float64) @ B[i] for i in range(batch)])
+                ref += bias[2:].astype(np.float64) + beta * np.nan_to_num(C0.astype(np.float64))
+                out = c.get()[: batch * m * n].reshape(batch, m, n)
+                assert _rel(out, ref) <= 1e-5, (n, beta)
 
 
 @pytest.mark.parametrize("ta,tb", TRANS, ids=["NN", "NT", "TN", "TT"])

@@ -174,17 +174,18 @@ def test_split_products_over_work_groups(device, monkeypatch):
     _all_close(got, C.cudnn_rnn_backward(x, h0, c0, params, lens, *up, **kw), "cudnn backprop")
 
 
-@pytest.mark.parametrize("loop", [0, 1], ids=["item-per-vector", "one-item-loop"])
-def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch, loop):
+@pytest.mark.parametrize("loop,I", [(0, 16), (1, 16), (1, 5)],
+                         ids=["item-per-vector", "one-item-loop", "one-item-loop-I5"])
+def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch, loop, I):
     """``pyrnn_fwd_seq`` (with the input product x W^T + b in the kernel, ``HAS_XW``) and
     ``pyrnn_bwd_seq``, forced on with ``REC_SEQ_BYTES``: a bidirectional LSTM with a mask, H = 8,
-    I = 16 (a multiple of the vector width), N = 5 (a row-block tail). Both work-group layouts:
-    a work-item per vector of units (GPUs) and one work-item looping over them
-    (``REC_SEQ_LOOP``, CPUs)."""
+    I = 16 (a multiple of the vector width) or 5 (W's last column packed alone), N = 5 (a
+    row-block tail). Both work-group layouts: a work-item per vector of units (GPUs) and one
+    work-item looping over them (``REC_SEQ_LOOP``, CPUs)."""
     override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_SEQ_BYTES=1 << 20,
                     REC_ACC_MAX=0, REC_SEQ_LOOP=loop)
     rng = np.random.default_rng(8)
-    T, N, I, H = 3, 5, 16, 8
+    T, N, H = 3, 5, 8
     a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),
              input_weight=_r(rng, 8 * H, I), bias=_r(rng, 8 * H), init_state=_r(rng, N, 2 * H),
              init_cell=_r(rng, N, 2 * H), mask=rng.uniform(0.5, 1.5, (T, N, 2 * H)).astype(F32))
@@ -309,10 +310,12 @@ def test_cudnn_skip_input_batch_513(device):
         _close(got[k], want[k], f"skip_input backprop {k}")
 
 
-@pytest.mark.parametrize("m,n,k", [(33, 257, 3), (1, 1, 1), (513, 3, 33), (3, 33, 257)])
+@pytest.mark.parametrize("m,n,k", [(33, 257, 3), (1, 1, 1), (513, 3, 33), (3, 33, 257),
+                                   (65, 20, 3)])
 def test_gemm_every_transposition(device, m, n, k):
     """GEMM with sizes that divide no tile, every transposition, a batch of 2 with strides and
-    offsets, beta != 0; ``sum_rows`` with a column tail."""
+    offsets, beta != 0; ``sum_rows`` with a column tail. (513, 3, 33) runs TN and NN as C^T
+    (few columns, many rows), (65, 20, 3) packs the NT product's Q (few k)."""
     rng = np.random.default_rng(6)
     q = device.queue
     for ta in (False, True):

@@ -74,9 +74,12 @@ typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
 /* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from
  * user block blk_k). Also packs W_proj with G = 1.
  *
- * Global size (chunks, H/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB): a
- * work-item copies PACK_TB units of one gate over K/chunks columns, a PACK_TB x PACK_TB tile at a
- * time through registers (PACK_TB contiguous row loads, PACK_TB contiguous stores). CPUs: one
+ * Global size (chunks, H/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB when K
+ * is a multiple of PACK_TB): a work-item copies PACK_TB units of one gate over the whole tiles'
+ * columns / chunks, a PACK_TB x PACK_TB tile at a time through registers (PACK_TB contiguous row
+ * loads, PACK_TB contiguous stores); the last chunk's work-items also copy the K % PACK_TB
+ * columns after the whole tiles, element by element (an input width I that is no multiple of
+ * PACK_TB: W packed for the sequence kernel's input product). CPUs: one
  * chunk, so that each work-item streams its PACK_TB rows from start to end (the prefetchers
  * follow PACK_TB streams); one work-item per VW x VW tile of all G gates instead (4*VW rows read
  * 64 bytes at a time) was 1.5-2x slower on PoCL, from cache and from memory (LSTM H = 512-1024).
@@ -87,7 +90,8 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
                          const long r_off, const long r_dstride, __global pack_t *rpk)
 {
     const int jt = get_global_id(1), k = get_global_id(2) % G, d = get_global_id(2) / G;
-    const int per = K / (int)get_global_size(0), m_start = get_global_id(0) * per;
+    const int full = K - K % PACK_TB;      /* columns in whole tiles */
+    const int per = full / (int)get_global_size(0), m_start = get_global_id(0) * per;
     const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
     const int j0 = jt * PACK_TB, jv = j0 / REC_VW;
     __global const src_t *src = R + r_off + d * r_dstride + ((long)blk * H + j0) * K;
@@ -108,6 +112,11 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
             for (int i = 0; i < PACK_TB; ++i) col[i] = t[i][c];
             STORE_TILEV(LOAD_COLV(col), dst + (long)(m0 + c) * G * REC_VW);
         }
+    }
+    if (get_global_id(0) == get_global_size(0) - 1) {
+        for (int m = full; m < K; ++m)
+            for (int i = 0; i < PACK_TB; ++i)
+                PACK_STORE1(SRC_LOAD1(src + (long)i * K + m), dst + (long)m * G * REC_VW + i);
     }
 }
 
