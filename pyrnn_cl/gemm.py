@@ -407,42 +407,31 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     in_order = not out_of_order(queue)
     events = list(wait_for or [])
 
-    # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
-    a_si, a_sk = (1, lda) if trans_a else (lda, 1)
-    b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
     # Fewer columns than one tile of C and many rows (the gradients of a layer with few
     # inputs: dW = dgx^T x, TN; dx = dgx W, NN): C^T = op(B)^T op(A)^T, whose columns are C's
     # rows, so that the kernel's vectors run along m instead of gathering n < GEMM_TN columns
-    # element by element. TN reads A as stored ([k x m]); NN packs A's rows into Q panels
-    # first (m*k copies), which pays below half a tile (from there packing B does better:
-    # _choose_packing). PoCL, Zen 4: 512 x 8 x 800 TN 1430 -> 200 us, 800 x 8 x 512 NN 1600
-    # -> 270 us (B packed: 410 us).
+    # element by element. The same product with the operands' roles exchanged, D written
+    # transposed (below): TN stays TN, reading A as stored ([k x m]); NN becomes TT with A
+    # packed as Q (m*k copies), which pays below half a tile (from there packing B does
+    # better: _choose_packing). PoCL, Zen 4: 512 x 8 x 800 TN 1430 -> 200 us, 800 x 8 x 512
+    # NN 1600 -> 270 us (B packed: 410 us).
     swap = (k and not trans_b and n < tn <= m and (trans_a or 2 * n <= tn) and prog_q is prog
             and _FORCE_PACK is None)
-    pack_p, pack_q = ((False, False) if swap
-                      else _choose_packing(host, m, n, k, batch, trans_a, trans_b))
+    if swap:
+        m, n, trans_a, trans_b = n, m, not trans_b, not trans_a
+        a_buf, a_off, lda, stride_a, b_buf, b_off, ldb, stride_b = (
+            b_buf, b_off, ldb, stride_b, a_buf, a_off, lda, stride_a)
+        pack_p, pack_q = False, trans_b
+    else:
+        pack_p, pack_q = _choose_packing(host, m, n, k, batch, trans_a, trans_b)
     if prog_q is not prog and trans_a and trans_b:
         pack_q = True   # unpacked TT reads B as P, which is GEMM_T only
     scratch = None
+    # op(A)[i, kk] = a[i*a_si + kk*a_sk], op(B)[kk, j] = b[kk*b_sk + j*b_sj]
+    a_si, a_sk = (1, lda) if trans_a else (lda, 1)
+    b_sk, b_sj = (1, ldb) if trans_b else (ldb, 1)
 
-    if swap:
-        p = (b_buf, b_off, tm, 1, ldb, stride_b)       # P = op(B)^T: [n x k], B stored [k x n]
-        if trans_a:
-            q = (a_buf, a_off, tn, lda, m, stride_a)
-        else:
-            mt = -(-m // tn)
-            q_panel = mt * tn * k
-            scratch = _Scratch.get(device, q_panel * (batch if stride_a else 1) * itemsize)
-            if not in_order and scratch.last_event is not None:
-                events.append(scratch.last_event)
-            pack_event = _pack(prog, code, queue, host, "pyrnn_gemm_pack_q", m, k, tn, a_buf,
-                               a_off, lda, 1, stride_a, batch, scratch.buf, 0, events)
-            if not in_order:
-                events.append(pack_event)
-            q = (scratch.buf, 0, k * tn, tn, mt * tn, q_panel if stride_a else 0)
-        rows, cols, d, mfast, bs = n, m, (c_off, 1, ldc), 0, (1, 0)  # bias along D's rows
-        outer = prog
-    elif pack_p or pack_q:
+    if pack_p or pack_q:
         # Pack into tile panels [tiles][k][tile] (one per batch entry unless the stride is 0):
         # op(A) rows with tile GEMM_TM at element 0, op(B)^T rows with tile GEMM_TN after it.
         mt, nt = -(-m // tm), -(-n // tn)
@@ -494,6 +483,8 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
         _launch(prog_q, code, queue, host, name, args, tiles, batch, events)
         return None
 
+    if swap:    # D = C^T: its few rows along dimension 1, the bias along them
+        d, bs, mfast = (d[0], d[2], d[1]), bs[::-1], 0
     args = (rows, cols, k, mfast, alpha, beta, *p, *q, c_buf, *d, stride_c, has_bias, bias_buf,
             bias_off, *bs)
     tiles = (-(-rows // tm), -(-cols // tn))
