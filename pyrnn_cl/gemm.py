@@ -412,11 +412,11 @@ def gemm(device, dtype, m, n, k, a, b, c, *, trans_a=False, trans_b=False, alpha
     # rows, so that the kernel's vectors run along m instead of gathering n < GEMM_TN columns
     # element by element. The same product with the operands' roles exchanged, D written
     # transposed (below): TN stays TN, reading A as stored ([k x m]); NN becomes TT with A
-    # packed as Q (m*k copies), which pays below half a tile (from there packing B does
-    # better: _choose_packing). PoCL, Zen 4: 512 x 8 x 800 TN 1430 -> 200 us, 800 x 8 x 512
-    # NN 1600 -> 270 us (B packed: 410 us).
-    swap = (k and not trans_b and n < tn <= m and (trans_a or 2 * n <= tn) and prog_q is prog
-            and _FORCE_PACK is None)
+    # packed as Q (m*k copies), which pays below half a tile and from GEMM_PACK_MIN_M rows,
+    # as every pack (from half a tile on packing B does better: _choose_packing). PoCL, Zen 4:
+    # 512 x 8 x 800 TN 1430 -> 200 us, 800 x 8 x 512 NN 1600 -> 270 us (B packed: 410 us).
+    swap = (k and not trans_b and n < tn <= m and prog_q is prog and _FORCE_PACK is None
+            and (trans_a or (2 * n <= tn and m >= host["GEMM_PACK_MIN_M"])))
     if swap:
         m, n, trans_a, trans_b = n, m, not trans_b, not trans_a
         a_buf, a_off, lda, stride_a, b_buf, b_off, ldb, stride_b = (

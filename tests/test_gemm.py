@@ -371,8 +371,9 @@ def test_packing_thresholds_per_orientation():
 def test_few_columns_run_transposed(dev, ta, monkeypatch):
     """TN and NN products with fewer columns than one tile (GEMM_TN) but many rows compute
     C^T = op(B)^T op(A)^T, so the vectors run along m: TN in one launch reading A as stored, NN
-    (below half a tile) packing A first; correct with a batch, a bias, beta over NaN and
-    offsets, also on an out-of-order queue (the pack, then the product, chained by events)."""
+    (below half a tile, from GEMM_PACK_MIN_M rows) packing A first; correct with a batch, a
+    bias, beta over NaN and offsets, also on an out-of-order queue (the pack, then the
+    product, chained by events)."""
     if _tiled(dev):
         pytest.skip("the tiled kernel (GPUs) reads every operand through its strides")
     _, host = gemm_module._gemm_config(dev, 1)
@@ -385,7 +386,7 @@ def test_few_columns_run_transposed(dev, ta, monkeypatch):
         ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
         ooo.tuning = dev.tuning
         queues.append((ooo, queue))
-    m, k, batch = tn + 37, 29, 2
+    m, k, batch = max(tn, host["GEMM_PACK_MIN_M"]) + 37, 29, 2
     shapes = []         # (rows, cols) of each product kernel's output D
     real_launch = gemm_module._launch
     monkeypatch.setattr(gemm_module, "_launch", lambda prog, code, queue, host, name, args, *r: (
