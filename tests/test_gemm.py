@@ -69,6 +69,18 @@ def _tiled(dev) -> bool:
     return bool(gemm_module._gemm_config(dev, 1)[0].get("GEMM_LOCAL"))
 
 
+def _out_of_order(dev):
+    """``dev`` with an out-of-order queue of its own (its tuning shared), or None where the
+    device has none."""
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    if not dev.cl_device.queue_properties & props:
+        return None
+    queue = cl.CommandQueue(dev.context, dev.cl_device, properties=props)
+    ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
+    ooo.tuning = dev.tuning
+    return ooo
+
+
 def _need(dev, dtype):
     try:
         dev.check_dtype(dtype)
@@ -379,13 +391,8 @@ def test_few_columns_run_transposed(dev, ta, monkeypatch):
     _, host = gemm_module._gemm_config(dev, 1)
     tn = host["GEMM_TN"]
     rng = np.random.default_rng(13)
-    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
-    queues = [(dev, dev.queue)]
-    if dev.cl_device.queue_properties & props:
-        queue = cl.CommandQueue(dev.context, dev.cl_device, properties=props)
-        ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
-        ooo.tuning = dev.tuning
-        queues.append((ooo, queue))
+    ooo = _out_of_order(dev)
+    queues = [(dev, dev.queue)] + ([(ooo, ooo.queue)] if ooo is not None else [])
     m, k, batch = max(tn, host["GEMM_PACK_MIN_M"]) + 37, 29, 2
     shapes = []         # (rows, cols) of each product kernel's output D
     real_launch = gemm_module._launch
@@ -520,12 +527,10 @@ def test_every_pack_mode(dev, ta, tb, monkeypatch):
 def test_out_of_order_queue(dev, monkeypatch):
     """On an out-of-order queue the packs, the multiply and the next call's packs (which reuse
     the packing buffer) are chained by events; ``wait_for`` is honoured."""
-    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
-    if not dev.cl_device.queue_properties & props:
+    ooo = _out_of_order(dev)
+    if ooo is None:
         pytest.skip("device has no out-of-order queues")
-    queue = cl.CommandQueue(dev.context, dev.cl_device, properties=props)
-    ooo = Device(dev.cl_device, context=dev.context, queue=queue, info=dev.info)
-    ooo.tuning = dev.tuning
+    queue = ooo.queue
     monkeypatch.setattr(gemm_module, "_FORCE_PACK", (True, True))
     rng = np.random.default_rng(11)
     m, n, k = 45, 70, 33
