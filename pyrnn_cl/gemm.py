@@ -24,6 +24,10 @@ local memory):
   GEMM_PACK_MIN_M``, ``pyrnn_gemm_pack_p``), so that
   ``pyrnn_gemm_outer`` reads both sequentially. The panels live in a per-thread, per-queue
   scratch buffer (:func:`release_scratch` frees it). 2-3 launches.
+* products with few values on one side, whatever their size: NT over ``k < GEMM_DVW`` packs
+  B as above (the dot kernel's sums would be mostly padding); TN and NN with ``n < GEMM_TN <=
+  m`` run as ``C^T = op(B)^T op(A)^T``, the vectors along m (NN packing A, below half a tile
+  and from ``GEMM_PACK_MIN_M`` rows; from half a tile NN packs B).
 * otherwise one launch: NN/TN ``pyrnn_gemm_outer`` on A and B as stored; TT the same on
   ``C^T = B A``; NT ``pyrnn_gemm_dot`` (rows of A and B are both contiguous along k).
 
