@@ -454,6 +454,8 @@ class Recurrence:
         if prog is None:
             defines = {"PYRNN_DTYPE": dtype_code(self.dtype), "REC_VW": self.vw,
                        "REC_NB": self.fwd_nb}
+            if self.plan.tail:
+                defines["REC_TAIL"] = 1
             if self.plan.pack16:
                 defines["PACK_DTYPE"] = self.plan.pack16
             if self.ks > 1:
@@ -500,7 +502,7 @@ class Recurrence:
         units of every direction. Work-items of one group share the weight slab of their
         units. With ``ks`` > 1 each tile is a work-group of ``ks`` work-items along dimension 0
         that split its products (``REC_KS`` in ``cl/recurrence.cl``)."""
-        grid = (groups * self.ks, self.D * (width // self.vw))
+        grid = (groups * self.ks, self.D * -(-width // self.vw))
         if self.ks > 1:
             return grid, (self.ks, 1)
         if not self.wg:
@@ -512,7 +514,8 @@ class Recurrence:
         """Whether this layer runs kernel ``name`` of ``prog`` over the whole sequence in one
         launch: it uses whole-sequence kernels and one work-group holds every unit of a
         direction (always, where one work-item runs them all: ``seq_loop``)."""
-        return self.fused and (self.seq_loop or self.H // self.vw <= prog.work_group_size(name))
+        return self.fused and (self.seq_loop
+                               or self.plan.unit_vectors <= prog.work_group_size(name))
 
     def _fused_launch(self, prog, name, args: dict[str, object]) -> bool:
         """Launch the whole-sequence kernel ``name`` with ``args`` (every argument by name) when
@@ -527,7 +530,7 @@ class Recurrence:
             enqueue(self.device.queue, knl, (groups, self.D), (1, 1))
         else:                   # a work-item per vector of units
             grid, _ = self._step_grid(self.H, groups)
-            enqueue(self.device.queue, knl, grid, (1, self.H // self.vw))
+            enqueue(self.device.queue, knl, grid, (1, self.plan.unit_vectors))
         return True
 
     def _step_kernel(self, prog, name, width, args: dict[str, object]):
@@ -575,9 +578,11 @@ class Recurrence:
     def pack(self, weight, rows, width, G, blocks, name: str = "rpk"):
         """Pack a ``[D][G*rows][width]`` weight (an array, or a :class:`Target` inside another
         buffer, of the compute dtype or a 16-bit storage dtype) into
-        ``[D][rows/VW][width][G][VW]`` (the forward product's layout: per column, the G gate
-        vectors of VW units side by side); ``name``: the pack's buffer in the plan."""
-        packed = self._new(name, (self.D * G * rows * width,), pooled=True)
+        ``[D][ceil(rows/VW)][width][G][VW]`` (the forward product's layout: per column, the G
+        gate vectors of VW units side by side; zeros for the units of a partial last vector
+        past ``rows``); ``name``: the pack's buffer in the plan."""
+        padded = -(-rows // self.vw) * self.vw
+        packed = self._new(name, (self.D * G * padded * width,), pooled=True)
         knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack", weight, G * rows * width)
         blk0, blk1, blk2, blk3 = (_I32(b) for b in list(blocks) + [0] * (4 - len(blocks)))
         _pack_sig("pyrnn_pack").set(knl, H=_I32(rows), K=_I32(width), G=_I32(G), blk0=blk0,
@@ -587,19 +592,20 @@ class Recurrence:
         # neighbouring work-items read neighbouring columns (the kernel's comment)
         tb = self._pack_tile
         chunks = 1 if cpu_like(self.device.info, self.device.profile) else max(1, width // tb)
-        enqueue_on(self.device, knl, (chunks, rows // tb, G * self.D))
+        enqueue_on(self.device, knl, (chunks, padded // tb, G * self.D))
         return packed
 
     def pack_t(self, weight, rows, cols, name: str = "rt"):
         """Transposed pack of a ``[D][rows][cols]`` weight (as for :meth:`pack`) into
-        ``[D][cols/VW][rows][VW]`` (the backward reductions' layout: each work-item streams one
-        contiguous slab)."""
-        packed = self._new(name, (self.D * rows * cols,), pooled=True)
+        ``[D][ceil(cols/VW)][rows][VW]`` (the backward reductions' layout: each work-item streams
+        one contiguous slab; zeros past ``cols`` in a partial last vector)."""
+        vectors = -(-cols // self.vw)
+        packed = self._new(name, (self.D * rows * vectors * self.vw,), pooled=True)
         knl, (buf, off, stride) = self._pack_kernel("pyrnn_pack_t", weight, rows * cols)
         _pack_sig("pyrnn_pack_t").set(knl, rows=_I32(rows), cols=_I32(cols), W=buf, w_off=off,
                                       w_dstride=stride, wt=packed.base_data)
         per = _PACK_T_ROWS if cpu_like(self.device.info, self.device.profile) else 1
-        enqueue_on(self.device, knl, (cols // self.vw, -(-rows // per), self.D))
+        enqueue_on(self.device, knl, (vectors, -(-rows // per), self.D))
         return packed
 
     # -- forward ----------------------------------------------------------------------------
@@ -1165,7 +1171,7 @@ class Recurrence:
                 sav=fwd.sav.base_data, cs=self._or_dummy(fwd.cs), from_sav=_I32(fwd.y is None),
                 hin=hin.base_data, hr=self._or_dummy(hr),
                 **{k: read16[k] for k in ("s16", "rd16", "sav16", "cs16")})
-            enqueue_on(dev, knl, (K // self.vw, N, n * D))
+            enqueue_on(dev, knl, (-(-K // self.vw), N, n * D))
         return hin, hr
 
     def _chunk_input_gradients(self, chunk, side: InputSide):

@@ -14,14 +14,16 @@ forward
     ``sav`` ``[T][N][D*GH]`` (the saved gates; allocated when the forward projects ``x``
     itself), ``y`` ``[T][N][D*K]``, ``cs`` ``[T][N][D*H]`` (LSTM), ``hs`` ``[T][N][D*H]``
     (projection; a two-phase cell instead has ``hs_step`` ``[D*N*H]``), the packs ``rpk`` of
-    ``R`` ``[D*GH*K]``, ``wpk_x`` of ``W`` ``[D*GH*I]`` (input projection inside the
-    whole-sequence kernel) and ``wpk_proj`` of ``W_proj`` ``[D*P*H]``.
+    ``R`` ``[D*G*HP*K]``, ``wpk_x`` of ``W`` ``[D*G*HP*I]`` (input projection inside the
+    whole-sequence kernel) and ``wpk_proj`` of ``W_proj`` ``[D*P*H]``; ``HP`` is ``H`` padded
+    to whole vectors of units (:attr:`LayerPlan.HP`).
 backward
     ``dgx`` ``[rows][N][D*GH]`` and (``CellSpec.separate_dgh``) ``dgh``, ``dr``
     ``[rows][N][D*P]``, the ring ``gring`` ``[2][N][D*GH]`` (more than one chunk), the carries
     ``carry_h``/``carry_c`` ``[2][N][D*H]``, the packs ``rpk`` (cells that recompute hn), ``rt``
-    ``[D*GH*K]`` and ``wt`` ``[D*P*H]``, per chunk the gathered ``hin``/``hr``
-    ``[max(steps, 1)][N][D*K]`` (:meth:`LayerPlan.gathers`), the results ``dR`` ``[D*GH*K]``,
+    ``[D*GH*KP]`` (``KP``: ``K`` padded like ``HP``) and ``wt`` ``[D*P*H]``, per chunk the
+    gathered ``hin``/``hr`` ``[max(steps, 1)][N][D*K]`` (:meth:`LayerPlan.gathers`), the
+    results ``dR`` ``[D*GH*K]``,
     ``dwp`` ``[D*P*H]``, ``dpeep`` ``[D*GH]`` when the caller gives no place for them, and
     ``dy`` ``[T][N][D*K]`` (zeros) when no output gradient is given.
 """
@@ -49,6 +51,22 @@ def _vector_width(limit, *sizes):
         if vw <= limit and all(s % vw == 0 for s in sizes):
             return vw
     return 1
+
+
+def _unit_width(limit, H, P):
+    """Units per work-item of a layer of ``H`` units (``P``: its projection, 0 without): the
+    widest vector within ``limit`` (of 16, 8, 4, 2, 1) where that takes fewer vectors than the
+    widest that divides ``H``, the last vector then partial (``REC_TAIL`` in ``cl/recurrence.cl``:
+    the packs pad the units to whole vectors with zeros); a vector of units costs about the
+    same whatever its width up to the device's native one, which ``REC_VW`` is. An LSTM of
+    H = 100 on AVX-512 so runs 7 vectors of 16 rather than 25 of 4, H = 50 4 of 16 rather than
+    25 of 2 (0.33 of torch before, on a Zen 4 with PoCL). A projection's P and H keep a common
+    divisor (its kernels have no partial vectors)."""
+    exact = _vector_width(limit, H, *((P,) if P else ()))
+    widest = _vector_width(limit)
+    if P or -(-H // widest) >= H // exact:
+        return exact
+    return widest
 
 
 def backward_chunk_steps(T, N, rows):
@@ -135,7 +153,7 @@ class LayerPlan:
         limit = int(tuning["REC_VW"] if dtype == np.float32 else tuning["REC_VW_F64"])
         # batch rows per work-item: REC_NB, or the power of two covering N when N is smaller
         nb = min(max(1, int(tuning["REC_NB"])), 1 << max(0, N - 1).bit_length())
-        # units per work-item: the widest that divides H (and P) and keeps the tile's
+        # units per work-item (_unit_width): within REC_VW, and keeping the tile's
         # accumulators (units x gates x rows) within REC_TILE_MAX (0: no limit); under a
         # limit, a tile of fewer rows than REC_NB (a smaller batch) takes one unit: such a
         # step streams R and wants every lane it can have (H200, GRU 2816, N = 1: two units
@@ -145,7 +163,7 @@ class LayerPlan:
             limit = 1
         while tile_max and limit > 1 and limit * cell.G * nb > tile_max:
             limit //= 2
-        vw = _vector_width(limit, H, *((P,) if P else ()))
+        vw = _unit_width(limit, H, P)
         r_bytes = cell.G * H * K * pack_itemsize
 
         def whole_sequence(rows):
@@ -195,6 +213,25 @@ class LayerPlan:
     @property
     def G(self) -> int:
         return self.cell.G
+
+    @property
+    def unit_vectors(self) -> int:
+        """Vectors of ``vw`` units a direction's ``H`` units take (the last one partial when
+        :attr:`tail`)."""
+        return -(-self.H // self.vw)
+
+    @property
+    def tail(self) -> bool:
+        """Whether ``H`` is no multiple of ``vw``: the kernels' last vector of units is partial
+        and the packs hold zeros past ``H`` (``REC_TAIL``)."""
+        return self.H % self.vw != 0
+
+    @property
+    def HP(self) -> int:
+        """``H`` padded to whole vectors of ``vw`` units: the rows per gate of the packs
+        ``rpk`` and ``wpk_x``, and the columns of ``rt`` (``K`` = ``H`` wherever there is
+        padding)."""
+        return self.unit_vectors * self.vw
 
     @property
     def GH(self) -> int:
@@ -253,9 +290,9 @@ class LayerPlan:
         elif self.cell.two_phase:
             out["hs_step"] = D * N * H
         if T and N:
-            out["rpk"] = D * GH * K
+            out["rpk"] = D * self.G * self.HP * K
             if in_kernel:
-                out["wpk_x"] = D * GH * int(x_width or 0)
+                out["wpk_x"] = D * self.G * self.HP * int(x_width or 0)
             if P:
                 out["wpk_proj"] = D * P * H
         return self._bytes(out)
@@ -288,9 +325,9 @@ class LayerPlan:
         if self.cell.has_c:
             out["carry_c"] = 2 * N * D * H
         if self.cell.needs_hn and T and N:
-            out["rpk"] = D * GH * K
+            out["rpk"] = D * self.G * self.HP * K
         if N:
-            out["rt"] = D * GH * K
+            out["rt"] = D * GH * (self.HP if not P else K)
             if P:
                 out["wt"] = D * P * H
         if gathers and need_dR:

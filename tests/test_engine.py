@@ -72,13 +72,42 @@ def test_odd_hidden_and_batch_sizes(device, cell, H, N, dtype):
 @pytest.mark.parametrize("H,N", [(16, 5), (6, 13)], ids=["H16-N5", "H6-N13"])
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_default_vector_widths_float32(device, monkeypatch, cell, H, N):
-    """Hidden sizes the default tuning vectorises (float32: 8 or 2 units per work-item; a
-    device whose default is one unit, a GPU, is given 8 so the vector paths still run)."""
+    """Hidden sizes the default tuning vectorises (float32: REC_VW units per work-item, H = 6
+    in one partial vector; a device whose default is one unit, a GPU, is given 8 so the vector
+    paths still run)."""
     if int(device.tuning("recurrence")["REC_VW"]) < 2:
         override_tuning(device, monkeypatch, REC_VW=8)
     rec = engine.Recurrence(device, np.float32, CellSpec("rnn", (0,), (2,)), T=1, N=N, H=H)
-    assert H % rec.vw == 0 and rec.vw > 1, "this case must exercise a vector width > 1"
+    assert rec.vw > 1, "this case must exercise a vector width > 1"
+    assert rec.plan.tail == (H % rec.vw != 0)
     _check(device, cell, S.Shape("vec", T=5, N=N, I=4, H=H), np.float32, seed=H + N)
+
+
+#: launch kinds of test_partial_last_vector_of_units: tuning values beside REC_VW = 8
+TAIL_LAUNCHES = {
+    "whole-sequence": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=1),
+    "whole-sequence-groups": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=0),
+    "per-step": dict(PER_STEP),
+    "per-step-split": dict(PER_STEP, REC_KS=4),
+}
+
+
+@pytest.mark.parametrize("launch", list(TAIL_LAUNCHES))
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_partial_last_vector_of_units(device, monkeypatch, cell, launch):
+    """H = 21 in vectors of 8 units: two whole ones and one of 5 (``REC_TAIL``: padded packs,
+    the last vector read and written element by element), in the whole-sequence kernels (one
+    work-item looping over the vectors, or one per vector), the per-step kernels and products
+    split over 4 work-items: every cell bidirectional (peepholes and a mask on the LSTM),
+    forward and gradients against the float64 reference. Wrong padding shows as a neighbouring
+    gate's or row's values in the units past 21, or NaN from a pack's stale memory."""
+    needs_fp64(device)
+    override_tuning(device, monkeypatch, REC_VW=8, REC_VW_F64=8, REC_NB=3, REC_TILE_MAX=0,
+                    REC_ACC_MAX=0, **TAIL_LAUNCHES[launch])
+    rec = engine.Recurrence(device, np.float64, CellSpec("rnn", (0,), (2,)), T=5, N=7, H=21)
+    assert (rec.vw, rec.plan.tail, rec.plan.unit_vectors) == (8, True, 3)
+    assert rec.fused == launch.startswith("whole")
+    _check(device, cell, S.Shape("tail", T=5, N=7, I=3, H=21), np.float64, seed=21)
 
 
 # =================================================================================================
@@ -717,34 +746,47 @@ def test_inference_forward_stores_no_saved_gates(device, monkeypatch, kind, per_
     assert np.array_equal(dropped.get(), g) != spec.two_phase
 
 
+@pytest.mark.parametrize("H,K", [(16, 32), (13, 29)], ids=["whole", "partial"])
 @pytest.mark.parametrize("tile", [8, 2, 1])
 @pytest.mark.parametrize("rows_per_item", [16, 1, 7], ids=["cpu-chunks", "one-row", "ragged"])
-def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item, tile):
+def test_weight_packs_match_their_layouts(device, monkeypatch, rows_per_item, tile, H, K):
     """``Recurrence.pack`` and ``pack_t`` against their layouts written out in NumPy, two
     directions, gates in a permuted block order: ``rpk[d][j][m][k][v] = R[d][blk_k*H + j*VW +
-    v][m]`` and ``wt[d][c][r][v] = W[d][r][c*VW + v]``. The pack through register tiles of 8, 2
-    and 1 values square (``PACK_TB``), each work-item over every column (CPUs) or one tile's
-    (GPUs); the transposed pack with its rows split over work-items in chunks of 16 (CPUs), 1
-    (GPUs) and 7 (rows not a multiple of it)."""
+    v][m]`` and ``wt[d][c][r][v] = W[d][r][c*VW + v]``, zero where ``j*VW + v`` is past H (or
+    ``c*VW + v`` past the columns): H = 13 and 29 columns in vectors of 16 (or 8), whose last
+    vectors are partial, the padding written over a pooled buffer's stale values. The pack
+    through register tiles of 8, 2 and 1 values square (``PACK_TB``; tiles past H of nothing
+    but zeros), each work-item over every column (CPUs) or one tile's (GPUs); the transposed
+    pack with its rows split over work-items in chunks of 16 (CPUs), 1 (GPUs) and 7 (rows not
+    a multiple of it)."""
     monkeypatch.setattr(engine, "_PACK_T_ROWS", rows_per_item)
     monkeypatch.setattr(engine, "_PACK_TILE", tile)
     monkeypatch.setattr(engine, "cpu_like", lambda *a: rows_per_item != 1)
+    if int(device.tuning("recurrence")["REC_VW"]) < 8:
+        override_tuning(device, monkeypatch, REC_VW=8, REC_TILE_MAX=0)
     spec = _cell_spec("gru", desc_of("gru"))
-    D, H, K, G = 2, 16, 32, 3         # (K: a multiple of the layer's VW, as the engine keeps it)
+    D, G = 2, 3
     rec = engine.Recurrence(device, np.float32, spec, T=3, N=2, H=H, D=D)
     vw, q = rec.vw, device.queue
-    assert rec._pack_tile == min(tile, vw)
+    assert rec._pack_tile == min(tile, vw) and vw >= 8
+    assert rec.plan.tail == (H == 13)
     rng = np.random.default_rng(3)
-    R = rng.standard_normal((D, G * H, K)).astype(np.float32)
-    blocks = (2, 0, 1)
-    got = rec.pack(cla.to_device(q, R.ravel()), H, K, G, blocks).get()
-    want = R.reshape(D, G, H // vw, vw, K)[:, list(blocks)].transpose(0, 2, 4, 1, 3)
-    assert np.array_equal(got, want.ravel())
-    rows = G * H + 5                  # (a projection's P rows need not be whole chunks)
-    W = rng.standard_normal((D, rows, K)).astype(np.float32)
-    got = rec.pack_t(cla.to_device(q, W.ravel()), rows, K).get()
-    want = W.reshape(D, rows, K // vw, vw).transpose(0, 2, 1, 3)
-    assert np.array_equal(got, want.ravel())
+    padded = -(-H // vw) * vw
+    for _ in range(2):                # (the second pack may reuse the first one's pooled buffer)
+        R = rng.standard_normal((D, G * H, K)).astype(np.float32)
+        blocks = (2, 0, 1)
+        got = rec.pack(cla.to_device(q, R.ravel()), H, K, G, blocks).get()
+        Rp = np.zeros((D, G, padded, K), np.float32)
+        Rp[:, :, :H] = R.reshape(D, G, H, K)
+        want = Rp.reshape(D, G, padded // vw, vw, K)[:, list(blocks)].transpose(0, 2, 4, 1, 3)
+        assert np.array_equal(got, want.ravel())
+        rows, cols = G * H + 5, K     # (a projection's P rows need not be whole chunks)
+        W = rng.standard_normal((D, rows, cols)).astype(np.float32)
+        got = rec.pack_t(cla.to_device(q, W.ravel()), rows, cols).get()
+        Wp = np.zeros((D, rows, -(-cols // vw) * vw), np.float32)
+        Wp[..., :cols] = W
+        want = Wp.reshape(D, rows, -1, vw).transpose(0, 2, 1, 3)
+        assert np.array_equal(got, want.ravel())
 
 
 @pytest.mark.parametrize("gemm", ["device's", "tiled"])

@@ -227,11 +227,26 @@ def test_tile_limit_sets_units_per_work_item_by_cell():
     # fewer rows than REC_NB: one unit, whatever the room (a step that streams R)
     assert vw(gpu, "gru-after", N=1) == vw(gpu, "rnn", N=2) == vw(gpu, "lstm", N=1) == 1
     assert vw(gpu, "rnn", N=4) == 2
-    assert vw(gpu, "gru-before", H=513) == 1                # the width must still divide H
+    # a width that does not divide H pads the units (the last vector partial), where that
+    # takes fewer vectors: H = 513 in 257 vectors of 2; a projection keeps a divisor of H and P
+    assert vw(gpu, "gru-before", H=513) == 2
     assert vw(dict(gpu, REC_TILE_MAX=0), "lstm") == 2
     assert vw(dict(gpu, REC_TILE_MAX=4), "rnn") == 1
     cpu = derive(AVX512_CPU, profile_for(AVX512_CPU))["recurrence"]
     assert cpu["REC_TILE_MAX"] == 0 and vw(cpu, "lstm") == 16
+    # H = 100 and 50: 7 and 4 vectors of 16, the last partial (25 of 4 and 2 before); H = 1:
+    # one unit; a projection (P = 50) keeps the widest width dividing H and P
+    assert vw(cpu, "lstm", H=100) == vw(cpu, "gru-after", H=50) == 16
+    assert vw(cpu, "rnn", H=1) == 1
+    lstm = CELLS["lstm"]
+    proj = LayerPlan.for_device(lstm, np.float32, cpu, 2, T=5, N=16, H=100, P=50)
+    assert (proj.vw, proj.tail) == (2, False)
+    plain = LayerPlan.for_device(lstm, np.float32, cpu, 2, T=5, N=16, H=100)
+    assert (plain.tail, plain.unit_vectors, plain.HP) == (True, 7, 112)
+    # the packs hold the padded units: R's 4 x 112 rows of 100 columns, and its transpose's
+    # 4 x 100 rows of 112 columns
+    bwd = plain.backward_buffers(steps=5)
+    assert plain.forward_buffers()["rpk"] == bwd["rt"] == 4 * 112 * 100 * 4
 
 
 def test_cpu_batch_rows_grow_within_the_accumulator_budget():

@@ -192,6 +192,32 @@ def test_whole_sequence_kernels_with_the_input_product(device, monkeypatch, loop
     _mps("lstm", device, a, rc.LSTMDescriptor(bidirectional=True, training=True))
 
 
+@pytest.mark.parametrize("launch", ["whole-sequence", "per-step-split"])
+def test_partial_last_vector_of_units(device, monkeypatch, launch):
+    """A last vector of units that is partial (``REC_TAIL``: H no multiple of REC_VW = 4): its
+    element-wise loads and stores, and the packs' zero padding (``pyrnn_pack``,
+    ``pyrnn_pack_t``), must stay inside every buffer. A bidirectional LSTM with peepholes and
+    a mask, H = 11 (vectors of 4, 4 and 3 units), I = 5, N = 5; and a reset-before GRU (the
+    two-phase ``pyrnn_fwd_b`` / ``pyrnn_bwd_b``), H = 7. Whole-sequence kernels (one
+    work-item looping over the vectors, the input product inside the forward) or per-step
+    kernels with the products split over 2 work-items."""
+    kinds = {"whole-sequence": dict(REC_SEQ_BYTES=1 << 20, REC_SEQ_LOOP=1),
+             "per-step-split": dict(PER_STEP, REC_KS=2)}
+    override_tuning(device, monkeypatch, REC_VW=4, REC_VW_F64=4, REC_NB=2, REC_ACC_MAX=0,
+                    REC_TILE_MAX=0, **kinds[launch])
+    rng = np.random.default_rng(12)
+    T, N, I, H = 3, 5, 5, 11
+    a = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 2, 4 * H, H, scale=0.3),
+             input_weight=_r(rng, 8 * H, I), bias=_r(rng, 8 * H), init_state=_r(rng, N, 2 * H),
+             init_cell=_r(rng, N, 2 * H), mask=rng.uniform(0.5, 1.5, (T, N, 2 * H)).astype(F32),
+             peephole=_r(rng, 2, 4 * H))
+    _mps("lstm", device, a, rc.LSTMDescriptor(bidirectional=True, training=True))
+    H = 7
+    g = dict(source=_r(rng, T, N, I), recurrent_weight=_r(rng, 3 * H, H, scale=0.3),
+             input_weight=_r(rng, 3 * H, I), bias=_r(rng, 3 * H), init_state=_r(rng, N, H))
+    _mps("gru", device, g, rc.GRUDescriptor(reset_after=False, training=True))
+
+
 def test_tf_block_ops(device):
     """BlockLSTM with seq_len_max < T, TF peepholes and the cell clip (lengths, ``dcs``),
     its gradient; GRUBlockCell and its gradients (``pyrnn_act_map``, ``pyrnn_copy3``)."""

@@ -71,10 +71,11 @@ typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
 #define PYRNN_UNROLL _Pragma("unroll")
 #endif
 
-/* Pack R [D][G*H][K] (user blocks) into rpk [D][H/VW][K][G][VW] (canonical slots, slot k from
- * user block blk_k). Also packs W_proj with G = 1.
+/* Pack R [D][G*H][K] (user blocks) into rpk [D][HV][K][G][VW] (canonical slots, slot k from
+ * user block blk_k), HV = ceil(H/VW): the units of a partial last vector past H are zeros
+ * (REC_TAIL in recurrence.cl). Also packs W_proj with G = 1.
  *
- * Global size (chunks, H/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB when K
+ * Global size (chunks, HV*VW/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB when K
  * is a multiple of PACK_TB): a work-item copies PACK_TB units of one gate over the whole tiles'
  * columns / chunks, a PACK_TB x PACK_TB tile at a time through registers (PACK_TB contiguous row
  * loads, PACK_TB contiguous stores); the last chunk's work-items also copy the K % PACK_TB
@@ -83,7 +84,9 @@ typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
  * chunk, so that each work-item streams its PACK_TB rows from start to end (the prefetchers
  * follow PACK_TB streams); one work-item per VW x VW tile of all G gates instead (4*VW rows read
  * 64 bytes at a time) was 1.5-2x slower on PoCL, from cache and from memory (LSTM H = 512-1024).
- * GPUs: K/PACK_TB chunks, so that neighbouring work-items read neighbouring columns. */
+ * GPUs: K/PACK_TB chunks, so that neighbouring work-items read neighbouring columns. A tile
+ * that crosses H (or lies past it) copies its units below H element by element and zeros the
+ * rest. */
 PYRNN_VECTORISED(tileV)
 __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, const int blk1,
                          const int blk2, const int blk3, __global const src_t *R,
@@ -95,8 +98,17 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
     const int blk = k == 0 ? blk0 : k == 1 ? blk1 : k == 2 ? blk2 : blk3;
     const int j0 = jt * PACK_TB, jv = j0 / REC_VW;
     __global const src_t *src = R + r_off + d * r_dstride + ((long)blk * H + j0) * K;
-    __global pack_t *dst = rpk + ((long)d * (H / REC_VW) + jv) * K * G * REC_VW
+    __global pack_t *dst = rpk + ((long)d * ((H + REC_VW - 1) / REC_VW) + jv) * K * G * REC_VW
                          + k * REC_VW + (j0 - jv * REC_VW);
+    const int units = H - j0;     /* of this tile's PACK_TB units, those that exist */
+    if (units < PACK_TB) {
+        const int m_end = get_global_id(0) == get_global_size(0) - 1 ? K : m_start + per;
+        for (int m = m_start; m < m_end; ++m)
+            for (int i = 0; i < PACK_TB; ++i)
+                PACK_STORE1(i < units ? SRC_LOAD1(src + (long)i * K + m) : (real)0,
+                            dst + (long)m * G * REC_VW + i);
+        return;
+    }
     for (int m0 = m_start; m0 < m_start + per; m0 += PACK_TB) {
         real t[PACK_TB][PACK_TB];      /* t[unit][column] */
         PYRNN_UNROLL
@@ -120,9 +132,10 @@ __kernel void pyrnn_pack(const int H, const int K, const int G, const int blk0, 
     }
 }
 
-/* Transposed pack for the backward reductions: W [D][rows][cols] into wt [D][cols/VW][rows][VW],
- * wt[d][c][r][v] = W[d][r][c*VW + v] (R with rows = G*H in the user's block order; W_proj with
- * rows = P). Global size (cols/VW, row chunks, D), the host choosing the chunks: a work-item
+/* Transposed pack for the backward reductions: W [D][rows][cols] into wt [D][CV][rows][VW],
+ * CV = ceil(cols/VW), wt[d][c][r][v] = W[d][r][c*VW + v], zero where c*VW + v >= cols (a partial
+ * last vector, REC_TAIL) (R with rows = G*H in the user's block order; W_proj with
+ * rows = P). Global size (CV, row chunks, D), the host choosing the chunks: a work-item
  * copies the vectors of ceil(rows / chunks) consecutive rows (one vector each was mostly
  * work-item overhead on CPUs). */
 PYRNN_VECTORISED(realV)
@@ -133,6 +146,15 @@ __kernel void pyrnn_pack_t(const int rows, const int cols, __global const src_t 
     const int per = (rows + chunks - 1) / chunks, r0 = (int)get_global_id(1) * per;
     const int rn = min(per, rows - r0);
     const __global src_t *src = W + w_off + d * w_dstride + (long)r0 * cols + (long)c * REC_VW;
-    __global pack_t *dst = wt + (((long)d * (cols / REC_VW) + c) * rows + r0) * REC_VW;
+    __global pack_t *dst = wt + (((long)d * ((cols + REC_VW - 1) / REC_VW) + c) * rows + r0)
+                              * REC_VW;
+    const int nc = cols - c * REC_VW;      /* of this vector's columns, those that exist */
+    if (nc < REC_VW) {
+        for (int r = 0; r < rn; ++r)
+            for (int v = 0; v < REC_VW; ++v)
+                PACK_STORE1(v < nc ? SRC_LOAD1(src + (long)r * cols + v) : (real)0,
+                            dst + r * REC_VW + v);
+        return;
+    }
     for (int r = 0; r < rn; ++r) STORE_PACKV(LOAD_SRCV(src + (long)r * cols), dst + r * REC_VW);
 }

@@ -8,9 +8,12 @@
  *   y    [T][N][D][K]      outputs h[t] (or r[t] = W_proj h[t]); zero where t >= len[n]
  *   cs   [T][N][D][H]      LSTM cell sequence;  hs [T][N][D][H] h before the projection
  *   R    [D][G*H][K]       recurrent weights, user layout (only the pack kernels read it)
- *   rpk  [D][H/VW][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots (forward)
- *   rt   [D][K/VW][G*H][VW]   R transposed per vector of VW columns, user rows (backward dh = dgh R);
- *                          wt is W_proj [D][P][H] packed the same way ([D][H/VW][P][VW])
+ *   rpk  [D][HV][K][G][VW]  R packed per vector of VW hidden units, canonical gate slots (forward);
+ *                          HV = ceil(H/VW), the padding units of a partial last vector zero
+ *                          (REC_TAIL, below)
+ *   rt   [D][KV][G*H][VW]   R transposed per vector of VW columns, user rows (backward dh = dgh R),
+ *                          KV = ceil(K/VW); wt is W_proj [D][P][H] packed the same way
+ *                          ([D][H/VW][P][VW]; a projection's P and H are multiples of VW)
  *   Packs (rpk, rt, wt and the W packs) hold pack_t: the compute dtype, or with PACK_DTYPE 3/4
  *   the 16-bit weights as stored, widened as the products read them (LOAD_PACKV, pack.h)
  *   h0, c0, dh0, dc0, final states: [D][N][K] addressed with explicit (direction, batch) strides
@@ -18,7 +21,7 @@
  * rev_mask is set. Forward step s of direction d is time t = s, or T-1-s reversed. Rows with
  * t >= len[n] are skipped: zero outputs; h[t-1] of a row is y[t-1] if that step was valid, else h0.
  *
- * Work split of every step kernel: global (ceil(N/NB) * KS, D*W/VW); a tile of VW consecutive
+ * Work split of every step kernel: global (ceil(N/NB) * KS, D*ceil(W/VW)); a tile of VW consecutive
  * units of one direction for NB batch rows keeps NB x gates vector accumulators (the register
  * tile) while it streams its contiguous weight slab once. With REC_KS = 1 (CPUs) one work-item
  * owns a tile; with REC_KS > 1 (GPUs) a work-group of KS work-items, local size (KS, 1), shares
@@ -112,6 +115,47 @@
 #if CELL_BWD_NEEDS_Y != PYRNN_CELL_BWD_NEEDS_Y
 #error "cell file and cell registry disagree: whether the backward needs y (CELL_BWD_NEEDS_Y)"
 #endif
+#endif
+
+/* The last vector of units. A layer whose H is no multiple of REC_VW (REC_TAIL = 1, the host's
+ * define) pads its units to whole vectors, ceil(H / REC_VW) of them (pyrnn_cl.plan: fewer, wider
+ * vectors than the largest divisor of H allows; H = 100 takes 7 vectors of 16 rather than 25 of
+ * 4). The packs hold zeros for the padding units, so the products compute them as they do the
+ * others, and only the last vector of a row, where nu = H - j < REC_VW of its units exist, is read
+ * (LOADU: the rest read as zero) and written (STOREU: the rest left alone) element by element. A
+ * padding unit's value lives in registers only: it is never stored, and no unit reads another's.
+ * With REC_TAIL = 0 LOADU and STOREU are LOADV and STOREV. */
+#ifndef REC_TAIL
+#define REC_TAIL 0
+#endif
+#if REC_TAIL && REC_VW > 1
+PYRNN_FUNC realV load_units(__global const real *p, const int nu)
+{
+    if (nu >= REC_VW) return LOADV(p);
+    real e[REC_VW];
+    for (int i = 0; i < REC_VW; ++i) e[i] = i < nu ? p[i] : (real)0;
+    return PYRNN_CAT(vload, REC_VW)(0, e);
+}
+
+PYRNN_FUNC void store_units(const realV v, __global real *p, const int nu)
+{
+    if (nu >= REC_VW) {
+        STOREV(v, p);
+        return;
+    }
+    real e[REC_VW];
+    PYRNN_CAT(vstore, REC_VW)(v, 0, e);
+    for (int i = 0; i < nu; ++i) p[i] = e[i];
+}
+#define LOADU(p, nu) load_units((p), (nu))
+#define STOREU(v, p, nu) store_units((v), (p), (nu))
+#else
+#define LOADU(p, nu) LOADV(p)
+#define STOREU(v, p, nu) STOREV((v), (p))
+#endif
+
+#if REC_TAIL && HAS_PROJ
+#error "a projection's P and H are multiples of REC_VW (no partial vector of units)"
 #endif
 
 /* Derived: gates whose recurrent product the first fused kernel computes (all but the late slot
@@ -210,13 +254,19 @@ PYRNN_FUNC int wi_bound(int n)
     return get_local_id(0) > (size_t)0x7fffffff ? 0 : n;
 }
 
+/* The vectors of REC_VW units that hold H units: the last one partial under REC_TAIL. */
+PYRNN_FUNC int unit_vectors(const int H)
+{
+    return (H + REC_VW - 1) / REC_VW;
+}
+
 /* Direction d of this work-item, the first unit j of its vector of units, and D, the number of
  * directions. Dimension 1 of a step launch has a work-item per vector of units of every direction
- * (D * H/VW), but in a whole-sequence launch with REC_SEQ_LOOP one work-item per direction, which
+ * (D * HV), but in a whole-sequence launch with REC_SEQ_LOOP one work-item per direction, which
  * runs every vector of units in turn (`loop` 1, the vector `uv`). */
 PYRNN_FUNC void step_unit(const int H, const int loop, const int uv, int *D, int *d, int *j)
 {
-    const int HV = H / REC_VW;
+    const int HV = unit_vectors(H);
     *D = loop ? (int)get_global_size(1) : (int)get_global_size(1) / HV;
     *d = loop ? (int)get_global_id(1) : (int)get_global_id(1) / HV;
     *j = (loop ? uv : (int)get_global_id(1) % HV) * REC_VW;
@@ -331,24 +381,25 @@ PYRNN_FUNC __global const real *prev_gates(__global const real *dgh, int tn, int
                 : dgh + chunk_off(tn, n, d, rev, T, s_lo, s_hi, N, D, GH);
 }
 
-/* The per-unit inputs of the cell maths for units j .. j+VW of one row: h[t-1] (when the cell
- * reads it), the mask m[t] (ones without one) and c[t-1] (zero without a cell state). Shared by
- * the forward and backward step. */
+/* The per-unit inputs of the cell maths for units j .. j+VW of one row (nu of them exist): h[t-1]
+ * (when the cell reads it), the mask m[t] (ones without one) and c[t-1] (zero without a cell
+ * state). Shared by the forward and backward step. */
 PYRNN_FUNC void unit_inputs(__global const real *hrow, __global const real *mrow,
-                            __global const real *crow, int j, realV *hp, realV *mv, realV *cp)
+                            __global const real *crow, int j, int nu, realV *hp, realV *mv,
+                            realV *cp)
 {
 #if CELL_USES_HPREV
-    *hp = LOADV(hrow + j);
+    *hp = LOADU(hrow + j, nu);
 #else
     *hp = VZERO;
 #endif
 #if HAS_MASK
-    *mv = LOADV(mrow + j);
+    *mv = LOADU(mrow + j, nu);
 #else
     *mv = VONE;
 #endif
 #if CELL_HAS_C
-    *cp = LOADV(crow + j);
+    *cp = LOADU(crow + j, nu);
 #else
     *cp = VZERO;
 #endif
@@ -500,6 +551,19 @@ PYRNN_FUNC realV load16v(const int s16, __global const ushort *p)
 #endif
 }
 
+/* load16v of the nu units that exist (LOADU's partial last vector) */
+#if REC_TAIL && REC_VW > 1
+PYRNN_FUNC realV load16u(const int s16, __global const ushort *p, const int nu)
+{
+    if (nu >= REC_VW) return load16v(s16, p);
+    real e[REC_VW];
+    for (int i = 0; i < REC_VW; ++i) e[i] = i < nu ? load16(s16, p + i) : 0.0f;
+    return PYRNN_CAT(vload, REC_VW)(0, e);
+}
+#else
+#define load16u(s16, p, nu) load16v((s16), (p))
+#endif
+
 /* Rows n0 .. n0+rows-1 of direction d of the steps t0, t0 + dt, .. < T of a [T][N][D][X] sequence
  * (seq_off's layout) widened from src into dst: a run of rows * X values a step where D = 1, of X
  * values a row otherwise; the work-group's work-items split each run. */
@@ -595,10 +659,26 @@ PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
 #endif
 }
 
-/* v narrowed into name16 at element o where bit `bit` of out16 is set */
-#define NARROW16(bit, v, name, o) if (out16 & (bit)) store16v(s16, (v), name##16 + (o))
+/* store16v of the nu units that exist (STOREU's partial last vector) */
+#if REC_TAIL && REC_VW > 1
+PYRNN_FUNC void store16u(const int s16, const realV v, __global ushort *p, const int nu)
+{
+    if (nu >= REC_VW) {
+        store16v(s16, v, p);
+        return;
+    }
+    real e[REC_VW];
+    PYRNN_CAT(vstore, REC_VW)(v, 0, e);
+    for (int i = 0; i < nu; ++i) store16(s16, e[i], p + i);
+}
 #else
-#define NARROW16(bit, v, name, o)
+#define store16u(s16, v, p, nu) store16v((s16), (v), (p))
+#endif
+
+/* v (nu units) narrowed into name16 at element o where bit `bit` of out16 is set */
+#define NARROW16(bit, v, name, o, nu) if (out16 & (bit)) store16u(s16, (v), name##16 + (o), (nu))
+#else
+#define NARROW16(bit, v, name, o, nu)
 #endif
 
 /* ---- forward ----------------------------------------------------------------------------- */
@@ -624,9 +704,10 @@ PYRNN_FUNC void store16v(const int s16, const realV v, __global ushort *p)
 PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
                          const int s, const int loop, const int uv, FWD_PARAMS LANE_PARAM)
 {
-    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int HV = unit_vectors(H), GH = CELL_G * H;
     int D, d, j;
     step_unit(H, loop, uv, &D, &d, &j);
+    const int nu = H - j;                /* units of this vector that exist (REC_TAIL) */
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
 
@@ -672,18 +753,18 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         const long c_off = seq_off(t, n, d, N, D, H) + j, y_off = seq_off(t, n, d, N, D, K) + j;
         if (!valid[b]) {
             for (int k = 0; k < CELL_G; ++k) {
-                if (keep_sav) STOREV(VZERO, gx + g_off + gate_blk(k) * H + j);
-                if (k < CELL_GA) NARROW16(4, VZERO, sav, g_off + gate_blk(k) * H + j);
+                if (keep_sav) STOREU(VZERO, gx + g_off + gate_blk(k) * H + j, nu);
+                if (k < CELL_GA) NARROW16(4, VZERO, sav, g_off + gate_blk(k) * H + j, nu);
             }
 #if CELL_HAS_C
-            STOREV(VZERO, cs + c_off);
-            NARROW16(2, VZERO, cs, c_off);
+            STOREU(VZERO, cs + c_off, nu);
+            NARROW16(2, VZERO, cs, c_off, nu);
 #endif
 #if HAS_PROJ
             STOREV(VZERO, hs + c_off);
 #else
-            STOREV(VZERO, y + y_off);
-            NARROW16(1, VZERO, y, y_off);
+            STOREU(VZERO, y + y_off, nu);
+            NARROW16(1, VZERO, y, y_off, nu);
 #endif
             continue;
         }
@@ -691,41 +772,41 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) {
             const int blk = gate_blk(k) * H + j;
 #if HAS_XW
-            gxv[k] = accx[b][k] + LOADV(XB_AT(d) + blk);
+            gxv[k] = accx[b][k] + LOADU(XB_AT(d) + blk, nu);
 #else
-            gxv[k] = LOADV(gx + g_off + blk);
+            gxv[k] = LOADU(gx + g_off + blk, nu);
 #endif
             ghv[k] = k < CELL_GA ? acc[b][k] : VZERO;
 #if HAS_HB
-            if (k < CELL_GA) ghv[k] += LOADV(hb + hb_off + d * hb_sd + blk);
+            if (k < CELL_GA) ghv[k] += LOADU(hb + hb_off + d * hb_sd + blk, nu);
 #endif
 #if HAS_PEEP
-            pv[k] = LOADV(peep + d * GH + blk);
+            pv[k] = LOADU(peep + d * GH + blk, nu);
 #else
             pv[k] = VZERO;
 #endif
             sav[k] = VZERO;
         }
         realV hp, mv, cp;
-        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
+        unit_inputs(hrow[b], mrows[b], crow[b], j, nu, &hp, &mv, &cp);
         cell_fwd(gxv, ghv, hp, mv, cp, pv, clip, sav, &h, &c);
         for (int k = 0; k < CELL_GA; ++k) {
             const long o = g_off + gate_blk(k) * H + j;
-            NARROW16(4, sav[k], sav, o);
+            NARROW16(4, sav[k], sav, o, nu);
             if (keep_sav && !(out16 & 4))   /* (narrowed: nothing reads float32 ones) */
-                STOREV(sav[k], gx + o);
+                STOREU(sav[k], gx + o, nu);
         }
 #if CELL_HAS_C
-        STOREV(c, cs + c_off);
-        NARROW16(2, c, cs, c_off);
+        STOREU(c, cs + c_off, nu);
+        NARROW16(2, c, cs, c_off, nu);
 #endif
 #if CELL_GA < CELL_G
-        STOREV(h, hs + ((long)d * N + n) * H + j);      /* h[t-1] . r . m for pyrnn_fwd_b */
+        STOREU(h, hs + ((long)d * N + n) * H + j, nu);  /* h[t-1] . r . m for pyrnn_fwd_b */
 #elif HAS_PROJ
         STOREV(h, hs + c_off);                          /* projected by pyrnn_proj */
 #else
-        STOREV(h, y + y_off);
-        NARROW16(1, h, y, y_off);
+        STOREU(h, y + y_off, nu);
+        NARROW16(1, h, y, y_off, nu);
 #endif
     }
 }
@@ -744,7 +825,7 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
  * direction for its batch rows, so the barrier after each step is the only synchronisation h[t]
  * needs; work-groups never wait for each other. With REC_SEQ_LOOP the work-group is one
  * work-item that runs the vectors of units in turn (global (row groups, D), local (1, 1)), else
- * one work-item per vector (local size (1, H/VW)). For small layers, where a
+ * one work-item per vector (local size (1, ceil(H/VW))). For small layers, where a
  * launch per step would cost more than the step (no projection, single-phase cells). In a 16-bit
  * call (s16), the 16-bit inputs (in16) are widened first and the 16-bit results (out16) narrowed
  * as the steps store them (see "16-bit inputs and results" above; the 16-bit pointers are unused
@@ -761,7 +842,7 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
                      h0, h0_sd, h0_sn, c016, c0, c0_sd, c0_sn);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
-    const int uvs = REC_SEQ_LOOP ? wi_bound(H / REC_VW) : 1;
+    const int uvs = REC_SEQ_LOOP ? wi_bound(unit_vectors(H)) : 1;
     for (int s = 0; s < steps; ++s) {
         for (int uv = 0; uv < uvs; ++uv)
             fwd_step(T, N, H, K, rev_mask, s, REC_SEQ_LOOP, uv, FWD_ARGS LANE_ARG);
@@ -779,9 +860,9 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
                           __global const real *h0, const long h0_sd, const long h0_sn,
                           __global const int *lens)
 {
-    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int HV = unit_vectors(H), GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW, nu = H - j;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
 
@@ -814,14 +895,14 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
         const int blk_o = gate_blk(CELL_GA) * H + j;
         realV gh_o = acc[b];
 #if HAS_HB
-        gh_o += LOADV(hb + hb_off + d * hb_sd + blk_o);
+        gh_o += LOADU(hb + hb_off + d * hb_sd + blk_o, nu);
 #endif
         realV sv[CELL_G], o, h;
         for (int k = 0; k < CELL_G; ++k)
-            sv[k] = k < CELL_GA ? LOADV(gx + g_off + gate_blk(k) * H + j) : VZERO;
-        cell_fwd_b(sv, LOADV(gx + g_off + blk_o), gh_o, LOADV(hrow[b] + j), &o, &h);
-        STOREV(o, gx + g_off + blk_o);
-        STOREV(h, y + seq_off(t, n, d, N, D, H) + j);
+            sv[k] = k < CELL_GA ? LOADU(gx + g_off + gate_blk(k) * H + j, nu) : VZERO;
+        cell_fwd_b(sv, LOADU(gx + g_off + blk_o, nu), gh_o, LOADU(hrow[b] + j, nu), &o, &h);
+        STOREU(o, gx + g_off + blk_o, nu);
+        STOREU(h, y + seq_off(t, n, d, N, D, H) + j, nu);
     }
 }
 #endif
@@ -898,13 +979,14 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
  * each where its bit of `rd16` is set (1, 2, 4): no conversion pass, half the bytes. The whole-
  * sequence kernel widens the rest first (widen_grad_inputs: one work-group does its rows, so a
  * pass over the large arrays there measured slower than the conversion launch it replaces).
- * RD16(name, bit, o): REC_VW values at element o of input `name`, read from name16 where its bit
- * is set. */
+ * RD16(name, bit, o, nu): REC_VW values (nu of them units that exist, LOADU) at element o of
+ * input `name`, read from name16 where its bit is set. */
 #if PYRNN_IO16
-#define RD16(name, bit, o) ((rd16 & (bit)) ? load16v(s16, name##16 + (o)) : LOADV(name + (o)))
+#define RD16(name, bit, o, nu) \
+    ((rd16 & (bit)) ? load16u(s16, name##16 + (o), (nu)) : LOADU(name + (o), (nu)))
 #define RD16_1(name, bit, o) ((rd16 & (bit)) ? load16(s16, name##16 + (o)) : name[o])
 #else
-#define RD16(name, bit, o) LOADV(name + (o))
+#define RD16(name, bit, o, nu) LOADU(name + (o), (nu))
 #define RD16_1(name, bit, o) name[o]
 #endif
 #define RD16_SAV 1
@@ -987,9 +1069,10 @@ __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
 PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, const int rev_mask,
                          const int s, const int loop, const int uv, BWD_PARAMS LANE_PARAM)
 {
-    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int HV = unit_vectors(H), GH = CELL_G * H;
     int D, d, j;
     step_unit(H, loop, uv, &D, &d, &j);
+    const int nu = H - j;                /* units of this vector that exist (REC_TAIL) */
     const int rev = (rev_mask >> d) & 1;
     const int t = s < 0 ? -1 : (rev ? T - 1 - s : s);
 
@@ -1058,32 +1141,32 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
 #if !HAS_PROJ
         if (tn >= 0) {
 #if HAS_MASK
-            dh = acc[b] * LOADV(mask + seq_off(tn, n, d, N, D, H) + j);
+            dh = acc[b] * LOADU(mask + seq_off(tn, n, d, N, D, H) + j, nu);
 #else
             dh = acc[b];
 #endif
 #if CELL_USES_HPREV
-            dh += LOADV(carry_h + ring_off(tn, n, d, N, D, H) + j);
+            dh += LOADU(carry_h + ring_off(tn, n, d, N, D, H) + j, nu);
 #endif
         }
 #endif
 #if CELL_HAS_C
-        if (tn >= 0) dc = LOADV(carry_c + ring_off(tn, n, d, N, D, H) + j);
+        if (tn >= 0) dc = LOADU(carry_c + ring_off(tn, n, d, N, D, H) + j, nu);
 #endif
         if (row[b].last) {
 #if HAS_DHN && !HAS_PROJ
-            dh += LOADV(dhn + d * dhn_sd + n * dhn_sn + j);
+            dh += LOADU(dhn + d * dhn_sd + n * dhn_sn + j, nu);
 #endif
 #if HAS_DCN
-            dc += LOADV(dcn + d * dcn_sd + n * dcn_sn + j);
+            dc += LOADU(dcn + d * dcn_sd + n * dcn_sn + j, nu);
 #endif
         }
         if (s < 0) {
 #if !HAS_PROJ
-            STOREV(dh, dh0 + d * dh0_sd + n * dh0_sn + j);
+            STOREU(dh, dh0 + d * dh0_sd + n * dh0_sn + j, nu);
 #endif
 #if CELL_HAS_C
-            STOREV(dc, dc0 + d * dc0_sd + n * dc0_sn + j);
+            STOREU(dc, dc0 + d * dc0_sd + n * dc0_sn + j, nu);
 #endif
             continue;
         }
@@ -1095,56 +1178,56 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
              * row); nothing in the rings: nothing reads a step of an invalid time, and their
              * slots may hold the row's first step, still to be read by the pseudo-step */
             for (int k = 0; k < CELL_G; ++k) {
-                STOREV(VZERO, dgx + gc_off + gate_blk(k) * H + j);
-                STOREV(VZERO, dgh + gc_off + gate_blk(k) * H + j);
+                STOREU(VZERO, dgx + gc_off + gate_blk(k) * H + j, nu);
+                STOREU(VZERO, dgh + gc_off + gate_blk(k) * H + j, nu);
             }
             continue;
         }
 #if HAS_PROJ
         dh = acc[b];
 #elif HAS_DY
-        dh += RD16(dy, RD16_DY, seq_off(t, n, d, N, D, K) + j);
+        dh += RD16(dy, RD16_DY, seq_off(t, n, d, N, D, K) + j, nu);
 #endif
 #if HAS_DCS
-        dc += LOADV(dcs + h_off + j);
+        dc += LOADU(dcs + h_off + j, nu);
 #endif
         realV sv[CELL_G], pv[CELL_G], dx[CELL_G], dhh[CELL_G], ch, cc;
         for (int k = 0; k < CELL_G; ++k) {
-            sv[k] = RD16(sav, RD16_SAV, g_off + gate_blk(k) * H + j);
+            sv[k] = RD16(sav, RD16_SAV, g_off + gate_blk(k) * H + j, nu);
 #if HAS_PEEP
-            pv[k] = LOADV(peep + d * GH + gate_blk(k) * H + j);
+            pv[k] = LOADU(peep + d * GH + gate_blk(k) * H + j, nu);
 #else
             pv[k] = VZERO;
 #endif
         }
         realV hp, mv, cp;
-        unit_inputs(hrow[b], mrows[b], crow[b], j, &hp, &mv, &cp);
+        unit_inputs(hrow[b], mrows[b], crow[b], j, nu, &hp, &mv, &cp);
 #if CELL_HAS_C
         if (rd16 & RD16_CS) {
             const int tp = prev_time(t, rev, row[b].len, T);
-            if (tp >= 0) cp = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, H) + j);
+            if (tp >= 0) cp = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, H) + j, nu);
         }
-        const realV cv = RD16(cs, RD16_CS, h_off + j);
+        const realV cv = RD16(cs, RD16_CS, h_off + j, nu);
 #else
         const realV cv = VZERO;
 #endif
 #if CELL_NEEDS_HN
         realV hnv = hn[b][0];
 #if HAS_HB
-        hnv += LOADV(hb + hb_off + d * hb_sd + gate_blk(CELL_HN_SLOT) * H + j);
+        hnv += LOADU(hb + hb_off + d * hb_sd + gate_blk(CELL_HN_SLOT) * H + j, nu);
 #endif
 #else
         const realV hnv = VZERO;
 #endif
         cell_bwd(sv, hp, mv, cp, cv, hnv, pv, clip, dh, dc, dx, dhh, &ch, &cc);
         for (int k = 0; k < CELL_G; ++k) {
-            STOREV(dx[k], dgx + gc_off + gate_blk(k) * H + j);
-            STOREV(dhh[k], dgh + gc_off + gate_blk(k) * H + j);
-            if (ring) STOREV(dhh[k], gring + ring_off(t, n, d, N, D, GH) + gate_blk(k) * H + j);
+            STOREU(dx[k], dgx + gc_off + gate_blk(k) * H + j, nu);
+            STOREU(dhh[k], dgh + gc_off + gate_blk(k) * H + j, nu);
+            if (ring) STOREU(dhh[k], gring + ring_off(t, n, d, N, D, GH) + gate_blk(k) * H + j, nu);
         }
-        STOREV(ch, carry_h + c_off + j);
+        STOREU(ch, carry_h + c_off + j, nu);
 #if CELL_HAS_C
-        STOREV(cc, carry_c + c_off + j);
+        STOREU(cc, carry_c + c_off + j, nu);
 #endif
     }
 }
@@ -1214,7 +1297,7 @@ __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, 
                           xs);
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
-    const int uvs = REC_SEQ_LOOP ? wi_bound(H / REC_VW) : 1;
+    const int uvs = REC_SEQ_LOOP ? wi_bound(unit_vectors(H)) : 1;
     for (int s = s_hi - 1; s >= s_last; --s) {
         for (int uv = 0; uv < uvs; ++uv)
             bwd_step(T, N, H, K, rev_mask, s, REC_SEQ_LOOP, uv, BWD_ARGS LANE_ARG);
@@ -1233,9 +1316,9 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
                           __global const real *h0, const long h0_sd, const long h0_sn,
                           __global const real *mask, __global const int *lens, CHUNK_PARAMS)
 {
-    const int HV = H / REC_VW, GH = CELL_G * H;
+    const int HV = unit_vectors(H), GH = CELL_G * H;
     const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW;
+    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW, nu = H - j;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
     LANE_BUF;
@@ -1257,22 +1340,22 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
         if (!ok[b]) continue;
         const int n = row[b].n;
         const int tp = prev_time(t, rev, row[b].len, T);
-        const realV hp = LOADV((tp >= 0 ? y + seq_off(tp, n, d, N, D, H)
-                                        : h0 + d * h0_sd + n * h0_sn) + j);
+        const realV hp = LOADU((tp >= 0 ? y + seq_off(tp, n, d, N, D, H)
+                                        : h0 + d * h0_sd + n * h0_sn) + j, nu);
 #if HAS_MASK
-        const realV mv = LOADV(mask + seq_off(t, n, d, N, D, H) + j);
+        const realV mv = LOADU(mask + seq_off(t, n, d, N, D, H) + j, nu);
 #else
         const realV mv = VONE;
 #endif
         const long g_off = seq_off(t, n, d, N, D, GH), c_off = ring_off(t, n, d, N, D, H);
         const long gc_off = chunk_off(t, n, d, rev, T, s_lo, s_hi, N, D, GH);
         const int blk_r = gate_blk(CELL_LATE_GATE) * H + j;
-        realV da_r = LOADV(dgx + gc_off + blk_r), ch = LOADV(carry_h + c_off + j);
-        cell_bwd_b(LOADV(sav + g_off + blk_r), hp, mv, q[b], &da_r, &ch);
-        STOREV(da_r, dgx + gc_off + blk_r);
-        STOREV(da_r, dgh + gc_off + blk_r);
-        if (ring) STOREV(da_r, gring + ring_off(t, n, d, N, D, GH) + blk_r);
-        STOREV(ch, carry_h + c_off + j);
+        realV da_r = LOADU(dgx + gc_off + blk_r, nu), ch = LOADU(carry_h + c_off + j, nu);
+        cell_bwd_b(LOADU(sav + g_off + blk_r, nu), hp, mv, q[b], &da_r, &ch);
+        STOREU(da_r, dgx + gc_off + blk_r, nu);
+        STOREU(da_r, dgh + gc_off + blk_r, nu);
+        if (ring) STOREU(da_r, gring + ring_off(t, n, d, N, D, GH) + blk_r, nu);
+        STOREU(ch, carry_h + c_off + j, nu);
     }
 }
 #endif
@@ -1315,7 +1398,7 @@ __kernel void pyrnn_final(const int T, const int N, const int W, const int rev_m
  * also hr[t][n][d][k] = hin . r[t]; both laid out as the chunk buffers. h[t-1] is read from y, or
  * with `from_sav` (cells with CELL_H_SAVED, K = H) computed by cell_h from the saved gates sav and
  * the cell sequence cs: the MPSGraph gradients receive those, not h, and the h sequence is then
- * never rebuilt whole. Global size (K/VW, N, (s_hi - s_lo)*D): VW elements per work-item. */
+ * never rebuilt whole. Global size (ceil(K/VW), N, (s_hi - s_lo)*D): VW elements per work-item. */
 __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int rev_mask,
                                const int s_lo, const int s_hi,
                                __global const real *y, __global const real *h0, const long h0_sd,
@@ -1326,7 +1409,7 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
                                const int rd16, __global const ushort *sav16,
                                __global const ushort *cs16)
 {
-    const int k = get_global_id(0) * REC_VW, n = get_global_id(1);
+    const int k = get_global_id(0) * REC_VW, n = get_global_id(1), nu = K - k;
     const int D = get_global_size(2) / (s_hi - s_lo);
     const int i = get_global_id(2) / D, d = get_global_id(2) % D;
     const int rev = (rev_mask >> d) & 1;
@@ -1336,31 +1419,31 @@ __kernel void pyrnn_gather_hin(const int T, const int N, const int K, const int 
     realV v = VZERO;
     if (t < len) {
         if (tp < 0) {
-            v = LOADV(h0 + d * h0_sd + n * h0_sn + k);
+            v = LOADU(h0 + d * h0_sd + n * h0_sn + k, nu);
 #if CELL_H_SAVED
         } else if (from_sav) {
             realV g[CELL_G];
             for (int q = 0; q < CELL_G; ++q)
                 g[q] = RD16(sav, RD16_SAV,
-                            seq_off(tp, n, d, N, D, CELL_G * K) + gate_blk(q) * K + k);
+                            seq_off(tp, n, d, N, D, CELL_G * K) + gate_blk(q) * K + k, nu);
             realV c = VZERO;
 #if CELL_HAS_C
-            c = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, K) + k);
+            c = RD16(cs, RD16_CS, seq_off(tp, n, d, N, D, K) + k, nu);
 #endif
             v = cell_h(g, c);
 #endif
         } else {
-            v = LOADV(y + seq_off(tp, n, d, N, D, K) + k);
+            v = LOADU(y + seq_off(tp, n, d, N, D, K) + k, nu);
         }
 #if HAS_MASK
-        v *= LOADV(mask + seq_off(t, n, d, N, D, K) + k);
+        v *= LOADU(mask + seq_off(t, n, d, N, D, K) + k, nu);
 #endif
     }
-    STOREV(v, hin + seq_off(i, n, d, N, D, K) + k);
+    STOREU(v, hin + seq_off(i, n, d, N, D, K) + k, nu);
 #if CELL_GA < CELL_G
-    STOREV(v * RD16(sav, RD16_SAV, seq_off(t, n, d, N, D, CELL_G * K)
-                                   + gate_blk(CELL_LATE_GATE) * K + k),
-           hr + seq_off(i, n, d, N, D, K) + k);
+    STOREU(v * RD16(sav, RD16_SAV, seq_off(t, n, d, N, D, CELL_G * K)
+                                   + gate_blk(CELL_LATE_GATE) * K + k, nu),
+           hr + seq_off(i, n, d, N, D, K) + k, nu);
 #endif
 }
 
