@@ -75,7 +75,8 @@ __all__ = ["gemm", "sum_rows", "release_scratch"]
 
 # The host-only tunables (work-group sizes along dimension 0, packing thresholds in
 # multiply-adds m*n*k*batch and rows m); the others are #defines of gemm.cl.
-_HOST_KEYS = ("GEMM_WG", "GEMM_PACK_WG", "GEMM_PACK_MIN", "GEMM_PACK_MIN_NT", "GEMM_PACK_MIN_M")
+_HOST_KEYS = ("GEMM_WG", "GEMM_PACK_WG", "GEMM_PACK_MIN", "GEMM_PACK_MIN_NT", "GEMM_PACK_MIN_M",
+              "GEMM_PACK_EDGE")
 _FORCE_PACK = None  # (pack_p, pack_q) overrides the choice (tests and benchmarks)
 _SCRATCH_KEEP = 64 << 20  # bytes of packing buffer kept per (thread, queue)
 _KERNEL_KEYS = ("GEMM_TM", "GEMM_TN", "GEMM_VW", "GEMM_DTM", "GEMM_DTN", "GEMM_DVW", "GEMM_FMA",
@@ -170,7 +171,7 @@ def _derive_config(device, code: int, tuning: dict) -> tuple[dict, dict]:
     host = {key: int(tuning[key]) for key in _HOST_KEYS}
     host["GEMM_WG"] = max(1, host["GEMM_WG"])
     host["GEMM_PACK_WG"] = max(1, host["GEMM_PACK_WG"])
-    for key in ("GEMM_PACK_KC", "GEMM_TN", "GEMM_DVW"):    # (read by _choose_packing)
+    for key in ("GEMM_PACK_KC", "GEMM_TN", "GEMM_VW", "GEMM_DVW"):   # (_choose_packing's)
         host[key] = defines[key]
     return defines, host
 
@@ -193,10 +194,16 @@ def _choose_packing(host, m, n, k, batch, trans_a, trans_b) -> tuple[bool, bool]
         # padding; x W^T of a layer with I < GEMM_DVW inputs), or an NN product with fewer
         # columns than one tile (read element by element; dx = dgx W of such a layer). Its
         # pack is n*k copies, and the outer kernel then reads whole zero-padded tiles: 800 x
-        # 512 x 1 NT 1050 -> 145 us, 800 x 8 x 512 NN 1600 -> 420 us (PoCL, Zen 4)
+        # 512 x 1 NT 1050 -> 145 us, 800 x 8 x 512 NN 1600 -> 420 us (PoCL, Zen 4). With
+        # GEMM_PACK_EDGE, likewise where n's last column tile has a vector crossing n (n no
+        # multiple of GEMM_VW), which the outer kernel gathers element by element every k
+        # step, from twice the rows at which a pack pays otherwise (at 128 rows its launch
+        # cost what it saved; measurements: tuning.derive)
         few_k = nt and k < host["GEMM_DVW"]
         few_n = not trans_a and not trans_b and n < host["GEMM_TN"]
-        pack_q = (big or few_k or few_n) and m >= min_m
+        edge_n = (host["GEMM_PACK_EDGE"] and not trans_b and n % host["GEMM_VW"] != 0
+                  and m >= 2 * min_m)
+        pack_q = (big or few_k or few_n or edge_n) and m >= min_m
         pack_p = big and trans_a and n >= host["GEMM_PACK_MIN_M"]
     if pack_p and trans_b:
         pack_q = True  # the outer kernel reads an unpacked Q only along contiguous rows

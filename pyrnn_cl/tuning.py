@@ -116,6 +116,10 @@ def _gemm_space() -> tuple[Param, ...]:
               "the same for NT products (unpacked: the dot kernel)", compiled=False),
         Param("GEMM_PACK_MIN_M", (32, 64, 128, 256, 512), 0, 1 << 30,
               "rows of C from which packing pays", compiled=False),
+        Param("GEMM_PACK_EDGE", (0, 1), 0, 1,
+              "1: pack Q (from twice GEMM_PACK_MIN_M rows) where a vector of its last column "
+              "tile crosses n, which the outer kernel otherwise gathers element by element",
+              compiled=False),
     )
 
 
@@ -339,7 +343,13 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
                 # packed one from 2.6e7 on (m >= 64): its threshold stays low. docs/
                 # benchmarks.md, "Packing only large products"
                 "GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128,
-                "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
+                # a vector of the last column tile that crosses n is gathered element by
+                # element each k step unless Q is packed: on PoCL that cost more than the pack
+                # (the weight gradients of a layer of H = 100 or 200 units, paired on a Zen 4:
+                # TN 400 x 100 x 700 0.93, 400 x 200 x 700 0.74, 512 x 100 x 800 0.70 of the
+                # unpacked time; a whole-vector edge, n = 96, 1.21, and is not packed); Intel's
+                # CPU runtime gathers it cheaply (its profile turns this off)
+                "GEMM_PACK_EDGE": 1, "GEMM_LOCAL": 0, **_GEMM_CPU_TILE}
         gemm64 = dict(gemm, GEMM_VW=vwd, GEMM_TN=tnv * vwd, GEMM_DVW=vwd,
                       GEMM_PACK_KC=max(4, vwd))
         # the last-level cache: what OpenCL reports as the global cache on PoCL, where Intel's
@@ -401,7 +411,7 @@ def derive(info, profile) -> dict[str, dict[str, int]]:
         gemm = {"GEMM_VW": vw, "GEMM_TN": tn, "GEMM_TM": tm, "GEMM_DVW": 4, "GEMM_DTM": 2,
                 "GEMM_DTN": 2, "GEMM_PACK_KC": 4, "GEMM_FMA": 1, "GEMM_WG": wg,
                 "GEMM_PACK_WG": wg, "GEMM_PACK_MIN": 1 << 40, "GEMM_PACK_MIN_NT": 1 << 40,
-                "GEMM_PACK_MIN_M": 1 << 30,
+                "GEMM_PACK_MIN_M": 1 << 30, "GEMM_PACK_EDGE": 0,
                 **_gemm_local(info, 4)}
         gemm64 = dict(gemm, GEMM_VW=min(2, vw), GEMM_DVW=2, **_gemm_local(info, 8))
         # a tile's products split over one lock-step width of work-items (REC_KS), so a step

@@ -357,7 +357,7 @@ def test_packing_thresholds_per_orientation():
     unpacked kernel is the slower dot kernel) from GEMM_PACK_MIN_NT and half the rows; A only
     where it is strided along k (TN, TT) and n reaches GEMM_PACK_MIN_M."""
     host = {"GEMM_PACK_MIN": 1 << 28, "GEMM_PACK_MIN_NT": 1 << 22, "GEMM_PACK_MIN_M": 128,
-            "GEMM_TN": 64, "GEMM_DVW": 16}
+            "GEMM_TN": 64, "GEMM_VW": 16, "GEMM_DVW": 16, "GEMM_PACK_EDGE": 1}
     choose = gemm_module._choose_packing
     small, large = (512, 128, 800), (1024, 512, 800)       # 5.2e7 and 4.2e8 multiply-adds
     assert choose(host, *small, 1, True, False) == (False, False)     # TN: a weight gradient
@@ -377,6 +377,14 @@ def test_packing_thresholds_per_orientation():
     assert choose(host, 800, 64, 512, 1, False, False) == (False, False)
     assert choose(host, 100, 8, 512, 1, False, False) == (False, False)
     assert choose(host, 60, 512, 1, 1, False, True) == (False, False)
+    # a last column tile with a vector crossing n (n % GEMM_VW != 0), from twice those rows:
+    # the weight gradients of H = 100 units; a whole-vector edge (n = 96) stays unpacked
+    assert choose(host, 400, 100, 700, 1, True, False) == (False, True)
+    assert choose(host, 800, 300, 400, 1, False, False) == (False, True)
+    assert choose(host, 400, 96, 700, 1, True, False) == (False, False)
+    assert choose(host, 255, 100, 700, 1, True, False) == (False, False)
+    assert choose(host, 400, 100, 16, 1, False, True) == (False, False)   # NT: the dot kernel
+    assert choose(dict(host, GEMM_PACK_EDGE=0), 400, 100, 700, 1, True, False) == (False, False)
 
 
 @pytest.mark.parametrize("ta", [True, False], ids=["TN", "NN"])

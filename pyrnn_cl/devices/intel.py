@@ -43,6 +43,17 @@ class IntelProfile(VendorProfile):
         r"was not vectorized",
         r"^\s*Done\.\s*$",
     )
+    # Starting point no device query expresses: the CPU runtime's outer GEMM kernel gathers a
+    # vector that crosses n about as fast as it reads whole ones, so packing Q for it (derive's
+    # GEMM_PACK_EDGE, which pays on PoCL) only costs: 1.01-1.12x slower on the weight
+    # gradients of layers of H = 100 and 200 units (paired, AMD EPYC Zen 4, runtime 2026.2.0).
+    # (NEO's GPUs derive 0 anyway.)
+    TUNING = {
+        "default": {
+            "gemm": {"GEMM_PACK_EDGE": 0},
+        },
+    }
+
     #: Second among CPU runtimes, after PoCL: why (shown by ``pyrnn-cl devices`` when both are
     #: present). Change the rank and this sentence together, from new measurements.
     CPU_RANK = 1
