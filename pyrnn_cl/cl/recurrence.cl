@@ -310,6 +310,26 @@ PYRNN_FUNC void lane_sum(realV *v, const int count, __local realV *buf)
     for (int i = 0; i < count; ++i) v[i] = buf[i * REC_KS];
     barrier(CLK_LOCAL_MEM_FENCE);       /* the buffer may be used again */
 }
+
+/* lane_sum of a tile's accumulators a[REC_NB][CELL_G]: through a flat copy (constant indices
+ * after unrolling: registers), since indexing a[0] past its CELL_G vectors, as a flat pointer
+ * would, reads and writes outside that row (Oclgrind: "Index (4) exceeds static array size") */
+PYRNN_FUNC void lane_sum_tile(realV a[REC_NB][CELL_G], __local realV *buf)
+{
+    realV f[REC_NB * CELL_G];
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) {
+        PYRNN_UNROLL
+        for (int k = 0; k < CELL_G; ++k) f[b * CELL_G + k] = a[b][k];
+    }
+    lane_sum(f, REC_NB * CELL_G, buf);
+    PYRNN_UNROLL
+    for (int b = 0; b < REC_NB; ++b) {
+        PYRNN_UNROLL
+        for (int k = 0; k < CELL_G; ++k) a[b][k] = f[b * CELL_G + k];
+    }
+}
+#define LANE_SUM_TILE(a) lane_sum_tile(a, lane_buf)
 #define LANE_PARAM , __local realV *lane_buf
 #define LANE_ARG , lane_buf
 /* lanes other than 0 leave after the last sum (a helper's return: the caller's barriers stay) */
@@ -317,6 +337,7 @@ PYRNN_FUNC void lane_sum(realV *v, const int count, __local realV *buf)
 #else
 #define LANE_BUF
 #define LANE_SUM(v, count)
+#define LANE_SUM_TILE(a)
 #define LANE_PARAM
 #define LANE_ARG
 #define LANES_DONE()
@@ -730,7 +751,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
         for (int k = 0; k < CELL_G; ++k) acc[b][k] = VZERO;
     __global const pack_t *slab = rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW;
     packed_product(acc, hrow, mrows, slab, K, 0, CELL_GA, 1);
-    LANE_SUM(&acc[0][0], REC_NB * CELL_G);
+    LANE_SUM_TILE(acc);
 #if HAS_XW
     /* the input side x[t] W^T of every gate, from the source rows [T][N][I] and W packed like R
      * (its own accumulators: a GRU keeps the input and hidden sides apart) */
@@ -742,7 +763,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
     }
     packed_product(accx, xrow, mrows, wpk + (long)(d * HV + j / REC_VW) * I * CELL_G * REC_VW, I,
                    0, CELL_G, 0);
-    LANE_SUM(&accx[0][0], REC_NB * CELL_G);
+    LANE_SUM_TILE(accx);
 #endif
     LANES_DONE();
 
@@ -1127,7 +1148,7 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     if (s >= 0) {    /* (s is the same on every lane: all or none call lane_sum) */
         packed_product(hn, hrow, mrows, rpk + (long)(d * HV + j / REC_VW) * K * CELL_G * REC_VW,
                        K, CELL_HN_SLOT, 1, 1);
-        LANE_SUM(&hn[0][0], REC_NB * CELL_G);
+        LANE_SUM_TILE(hn);
     }
 #endif
     LANES_DONE();
