@@ -60,8 +60,10 @@ def _unit_width(limit, H, P):
     the packs pad the units to whole vectors with zeros); a vector of units costs about the
     same whatever its width up to the device's native one, which ``REC_VW`` is. An LSTM of
     H = 100 on AVX-512 so runs 7 vectors of 16 rather than 25 of 4, H = 50 4 of 16 rather than
-    25 of 2 (0.33 of torch before, on a Zen 4 with PoCL). A projection's P and H keep a common
-    divisor (its kernels have no partial vectors)."""
+    25 of 2 (0.33 of torch before, on a Zen 4 with PoCL). The widest also won where a narrower
+    one divides H (paired on that Zen 4, PoCL: LSTM 200 in vectors of 8 1.08x the time of 13
+    vectors of 16 forward+backward; level on Intel's runtime). A projection's P and H keep a
+    common divisor (its kernels have no partial vectors)."""
     exact = _vector_width(limit, H, *((P,) if P else ()))
     widest = _vector_width(limit)
     if P or -(-H // widest) >= H // exact:

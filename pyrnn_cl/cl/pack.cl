@@ -75,13 +75,13 @@ typedef PYRNN_CAT(PYRNN_REAL, PACK_TB) tileV;
  * user block blk_k), HV = ceil(H/VW): the units of a partial last vector past H are zeros
  * (REC_TAIL in recurrence.cl). Also packs W_proj with G = 1.
  *
- * Global size (chunks, HV*VW/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB when K
- * is a multiple of PACK_TB): a work-item copies PACK_TB units of one gate over the whole tiles'
- * columns / chunks, a PACK_TB x PACK_TB tile at a time through registers (PACK_TB contiguous row
- * loads, PACK_TB contiguous stores); the last chunk's work-items also copy the K % PACK_TB
- * columns after the whole tiles, element by element (an input width I that is no multiple of
- * PACK_TB: W packed for the sequence kernel's input product). CPUs: one
- * chunk, so that each work-item streams its PACK_TB rows from start to end (the prefetchers
+ * Global size (chunks, HV*VW/PACK_TB, G*D), the host choosing chunks (a divisor of K/PACK_TB
+ * when K is a multiple of PACK_TB): a work-item copies PACK_TB units of one gate over the whole
+ * tiles' columns / chunks, a PACK_TB x PACK_TB tile at a time through registers (PACK_TB
+ * contiguous row loads, PACK_TB contiguous stores); the last chunk's work-items also copy the
+ * K % PACK_TB columns after the whole tiles, element by element (an input width I that is no
+ * multiple of PACK_TB: W packed for the sequence kernel's input product). CPUs: one chunk, so
+ * that each work-item streams its PACK_TB rows from start to end (the prefetchers
  * follow PACK_TB streams); one work-item per VW x VW tile of all G gates instead (4*VW rows read
  * 64 bytes at a time) was 1.5-2x slower on PoCL, from cache and from memory (LSTM H = 512-1024).
  * GPUs: K/PACK_TB chunks, so that neighbouring work-items read neighbouring columns. A tile
