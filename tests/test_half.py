@@ -1136,11 +1136,11 @@ PACK16_CUDNN = (("lstm", 2, 1, 4), ("gru", 1, 2, 0), ("rnn_relu", 1, 1, 0))
 def _run_all_ops(device, dtype, cudnn=PACK16_CUDNN, mps=True):
     """Forward and gradients, as raw bits, of a cuDNN-dialect LSTM with a projection (2 layers),
     a bidirectional GRU (two-phase cell, hn rebuilt in the backward) and a ReLU RNN, and of a
-    bidirectional MPSGraph LSTM (input product inside the whole-sequence kernel). H = 11
-    without a projection: a partial last vector of units, whose padding the packs fill."""
+    bidirectional MPSGraph LSTM (input product inside the whole-sequence kernel), the last
+    with H = 11: a partial last vector of units, whose padding the packs fill."""
     bits = []
     for mode, L, D, P in cudnn:
-        d, kw = _cudnn_problem(mode, L, D, P, dtype, H=8 if P else 11, I=6, seed=3)
+        d, kw = _cudnn_problem(mode, L, D, P, dtype, H=8, I=6, seed=3)
         c0 = d["c0"] if mode == "lstm" else None
         out = rc.cudnn_rnn(d["x"], d["h0"], c0, d["params"], **kw, device=device)
         rng = np.random.default_rng(5)
