@@ -882,8 +882,9 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
                           __global const int *lens)
 {
     const int HV = unit_vectors(H), GH = CELL_G * H;
-    const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW, nu = H - j;
+    int D, d, j;
+    step_unit(H, 0, 0, &D, &d, &j);
+    const int nu = H - j;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
 
@@ -1338,8 +1339,9 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
                           __global const real *mask, __global const int *lens, CHUNK_PARAMS)
 {
     const int HV = unit_vectors(H), GH = CELL_G * H;
-    const int D = get_global_size(1) / HV;
-    const int d = get_global_id(1) / HV, j = (get_global_id(1) % HV) * REC_VW, nu = H - j;
+    int D, d, j;
+    step_unit(H, 0, 0, &D, &d, &j);
+    const int nu = H - j;
     const int rev = (rev_mask >> d) & 1;
     const int t = rev ? T - 1 - s : s;
     LANE_BUF;

@@ -46,11 +46,13 @@ class IntelProfile(VendorProfile):
     # Starting point no device query expresses: the CPU runtime's outer GEMM kernel gathers a
     # vector that crosses n about as fast as it reads whole ones, so packing Q for it (derive's
     # GEMM_PACK_EDGE, which pays on PoCL) only costs: 1.01-1.12x slower on the weight
-    # gradients of layers of H = 100 and 200 units (paired, AMD EPYC Zen 4, runtime 2026.2.0).
-    # (NEO's GPUs derive 0 anyway.)
+    # gradients of layers of H = 100 and 200 units (paired, AMD EPYC Zen 4, runtime 2026.2.0,
+    # float32; float64 runs the same kernel, so its family takes the same value). (NEO's GPUs
+    # derive 0 anyway.)
     TUNING = {
         "default": {
             "gemm": {"GEMM_PACK_EDGE": 0},
+            "gemm_f64": {"GEMM_PACK_EDGE": 0},
         },
     }
 
