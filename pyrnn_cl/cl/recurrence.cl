@@ -124,7 +124,9 @@
  * others, and only the last vector of a row, where nu = H - j < REC_VW of its units exist, is read
  * (LOADU: the rest read as zero) and written (STOREU: the rest left alone) element by element. A
  * padding unit's value lives in registers only: it is never stored, and no unit reads another's.
- * With REC_TAIL = 0 LOADU and STOREU are LOADV and STOREV. */
+ * With REC_TAIL = 0 LOADU and STOREU are LOADV and STOREV. The element loops stay loops (unroll
+ * 1): unrolled, each of the ~40 call sites became REC_VW conditional accesses, and Intel's CPU
+ * compiler took 2-4x as long over a program with a partial vector as over one without. */
 #ifndef REC_TAIL
 #define REC_TAIL 0
 #endif
@@ -133,7 +135,9 @@ PYRNN_FUNC realV load_units(__global const real *p, const int nu)
 {
     if (nu >= REC_VW) return LOADV(p);
     real e[REC_VW];
-    for (int i = 0; i < REC_VW; ++i) e[i] = i < nu ? p[i] : (real)0;
+    PYRNN_CAT(vstore, REC_VW)(VZERO, 0, e);
+#pragma unroll 1
+    for (int i = 0; i < nu; ++i) e[i] = p[i];
     return PYRNN_CAT(vload, REC_VW)(0, e);
 }
 
@@ -145,6 +149,7 @@ PYRNN_FUNC void store_units(const realV v, __global real *p, const int nu)
     }
     real e[REC_VW];
     PYRNN_CAT(vstore, REC_VW)(v, 0, e);
+#pragma unroll 1
     for (int i = 0; i < nu; ++i) p[i] = e[i];
 }
 #define LOADU(p, nu) load_units((p), (nu))
@@ -578,7 +583,9 @@ PYRNN_FUNC realV load16u(const int s16, __global const ushort *p, const int nu)
 {
     if (nu >= REC_VW) return load16v(s16, p);
     real e[REC_VW];
-    for (int i = 0; i < REC_VW; ++i) e[i] = i < nu ? load16(s16, p + i) : 0.0f;
+    PYRNN_CAT(vstore, REC_VW)(VZERO, 0, e);
+#pragma unroll 1
+    for (int i = 0; i < nu; ++i) e[i] = load16(s16, p + i);
     return PYRNN_CAT(vload, REC_VW)(0, e);
 }
 #else
@@ -690,6 +697,7 @@ PYRNN_FUNC void store16u(const int s16, const realV v, __global ushort *p, const
     }
     real e[REC_VW];
     PYRNN_CAT(vstore, REC_VW)(v, 0, e);
+#pragma unroll 1
     for (int i = 0; i < nu; ++i) store16(s16, e[i], p + i);
 }
 #else
