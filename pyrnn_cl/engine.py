@@ -44,6 +44,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
 from ._arrays import (
@@ -242,6 +243,51 @@ _log = logging.getLogger("pyrnn_cl")
 _SPLIT_STEP_KERNELS = ("pyrnn_fwd", "pyrnn_fwd_b", "pyrnn_proj", "pyrnn_bwd", "pyrnn_bwd_b",
                        "pyrnn_bwd_proj")
 
+#: The part of ``cl/recurrence.cl`` (its ``REC_PART``) that holds each kernel: 1 the step
+#: kernels, 2 the whole-sequence kernels, 3 the helpers around the time loop (forward program).
+#: A layer's program is one per part (:class:`_Parts`), each built on the first use of one of
+#: its kernels: a layer runs either the step or the whole-sequence kernels, and an
+#: implementation that compiles a whole program at build time (Intel's CPU runtime, GPU drivers)
+#: compiled both. On Intel's runtime a forward program held 0.4-0.6 s of step kernels, 0.7-1.1 s
+#: of whole-sequence kernel and 0.2-0.5 s of helpers (LSTM, H = 13).
+KERNEL_PARTS = {**dict.fromkeys(_SPLIT_STEP_KERNELS, 1), "pyrnn_fwd_seq": 2, "pyrnn_bwd_seq": 2,
+                "pyrnn_final": 3, "pyrnn_gather_hin": 3, "pyrnn_peep_grad": 3}
+
+
+class _Parts:
+    """The programs of one set of ``cl/recurrence.cl`` defines, one per part of the source
+    (:data:`KERNEL_PARTS`), each built the first time one of its kernels is asked for. Stands
+    in for a :class:`~pyrnn_cl.programs.Program` where the engine uses one: ``kernel``,
+    ``work_group_size``, ``defines``."""
+
+    __slots__ = ("device", "defines", "prelude", "parts")
+
+    def __init__(self, device, defines: dict, prelude: tuple[str, ...]):
+        self.device, self.defines, self.prelude = device, defines, prelude
+        self.parts: dict[int, Program] = {}
+
+    def part(self, kernel: str) -> Program:
+        """The program that holds ``kernel`` (built now if it is not yet). A backward with its
+        products split over lanes (``REC_KS`` > 1, GPUs) keeps all its kernels in one program:
+        PoCL 3.1 computed wrong gradients of a reset-after GRU with the step kernel built
+        alone (``REC_KS`` = 4 or 8; right ones beside ``pyrnn_bwd_seq``, and on Intel's runtime
+        and Oclgrind, which reported no race, either way)."""
+        part = KERNEL_PARTS[kernel]
+        if self.defines.get("BWD_PROGRAM") and int(self.defines.get("REC_KS", 1)) > 1:
+            part = 0
+        prog = self.parts.get(part)
+        if prog is None:
+            prog = self.parts[part] = get_program(self.device, "recurrence.cl",
+                                                  dict(self.defines, REC_PART=part),
+                                                  prelude=self.prelude)
+        return prog
+
+    def kernel(self, name: str) -> cl.Kernel:
+        return self.part(name).kernel(name)
+
+    def work_group_size(self, name: str) -> int:
+        return self.part(name).work_group_size(name)
+
 
 #: a 16-bit call's whole-sequence forward converts its inputs and results itself
 #: (``cl/recurrence.cl``: ``widen_inputs``, and ``NARROW16`` in its steps): the inputs it widens
@@ -364,7 +410,8 @@ class Recurrence:
         self.fwd_nb = plan.fwd_nb
         self.ks = plan.ks
         self.bwd_rows = plan.bwd_rows
-        self._programs: dict[tuple, Program] = {}
+        self._programs: dict[tuple, _Parts] = {}
+        self._packs: dict[np.dtype, Program] = {}     # by the weights' storage dtype
         # (backward, steps) -> what the memory check names and the buffer sizes it counts
         self._memory: dict[tuple, tuple[str, list[int]]] = {}
         self._check_memory(backward=False)
@@ -444,11 +491,12 @@ class Recurrence:
 
     # -- programs ---------------------------------------------------------------------------
 
-    def _program(self, **extra):
-        """The engine program of this layer's cell, flags and ``extra`` defines (memoized per
-        layer: a forward asks for it up to four times, each lookup ~15 us of host time). Its
-        tiles have the forward's batch rows unless ``extra`` sets ``REC_NB`` (the backward's);
-        launches take the rows from the program (:meth:`_row_groups`)."""
+    def _program(self, **extra) -> _Parts:
+        """The engine programs of this layer's cell, flags and ``extra`` defines, one per part
+        of the source (:class:`_Parts`; memoized per layer: a forward asks up to four times,
+        each lookup ~15 us of host time). Their tiles have the forward's batch rows unless
+        ``extra`` sets ``REC_NB`` (the backward's); launches take the rows from the programs
+        (:meth:`_row_groups`)."""
         key = tuple(sorted(extra.items()))
         prog = self._programs.get(key)
         if prog is None:
@@ -465,8 +513,7 @@ class Recurrence:
             defines.update(self.cell.defines())
             defines.update(self.flags)
             defines.update(extra)
-            prog = self._programs[key] = get_program(self.device, "recurrence.cl", defines,
-                                                     prelude=(self.cell.source,))
+            prog = self._programs[key] = _Parts(self.device, defines, (self.cell.source,))
             if self.ks > 1 and self._fewer_lanes(prog):
                 return self._program(**extra)
         return prog
@@ -476,7 +523,9 @@ class Recurrence:
         size ``(ks, 1)``, which a kernel's own ``CL_KERNEL_WORK_GROUP_SIZE`` may not allow (a
         register-heavy kernel on some GPUs, pitfalls C3). Then take the largest power of two it
         allows, forget the programs built for ``ks`` and return True (the caller builds
-        again); else False."""
+        again); else False. (Builds the step kernels of ``prog``'s direction: with ``ks`` > 1,
+        a GPU's, they run.)"""
+        prog = prog.part("pyrnn_bwd" if prog.defines.get("BWD_PROGRAM") else "pyrnn_fwd")
         names = set(prog.kernel_names) & set(_SPLIT_STEP_KERNELS)
         limit = min((prog.work_group_size(n) for n in names), default=self.ks)
         if limit >= self.ks:
@@ -566,9 +615,9 @@ class Recurrence:
         assert compute_dtype(storage) == self.dtype, (storage, self.dtype)
         # (a layer with 16-bit packs is made for weights of that dtype: Recurrence(weights=))
         assert not self.plan.pack16 or storage == self.weights, (storage, self.weights)
-        prog = self._programs.get(("pack", storage))
+        prog = self._packs.get(storage)
         if prog is None:
-            prog = self._programs[("pack", storage)] = get_program(
+            prog = self._packs[storage] = get_program(
                 self.device, "pack.cl",
                 {"PYRNN_DTYPE": dtype_code(storage), "REC_VW": self.vw,
                  "PACK_TB": self._pack_tile, "PACK_DTYPE": dtype_code(self.pack_dtype)})

@@ -450,6 +450,80 @@ def test_step_launcher_checks_once_and_counts_every_launch(device):
 
 
 # =================================================================================================
+# Programs by part: a layer builds the kernels it runs
+
+
+#: (BWD_PROGRAM, REC_PART) of the recurrence programs an LSTM's forward and gradients build, by
+#: launch kind (engine.KERNEL_PARTS: 1 step kernels, 2 whole-sequence, 3 helpers, 0 all)
+PARTS_BUILT = {
+    "whole-sequence": {(0, 2), (0, 3), (1, 2)},
+    "per-step": {(0, 1), (0, 3), (1, 1)},
+    "per-step-split": {(0, 1), (0, 3), (1, 0)},    # (a backward with lanes: one program)
+}
+
+
+@pytest.mark.parametrize("launch", list(PARTS_BUILT))
+def test_a_layer_builds_only_the_parts_it_runs(device, monkeypatch, launch):
+    """A layer's recurrence programs are built per part of ``cl/recurrence.cl``, on the first
+    use of one of the part's kernels: a whole-sequence layer never compiles the step kernels
+    (nor a per-step layer the whole-sequence ones), and the helpers come in a program of their
+    own. An implementation that compiles every kernel of a program at build time (Intel's CPU
+    runtime, GPU drivers) compiled all of them for each layer."""
+    kinds = {"whole-sequence": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=1), "per-step": dict(PER_STEP),
+             "per-step-split": dict(PER_STEP, REC_KS=4)}
+    override_tuning(device, monkeypatch, REC_VW=4, REC_NB=2, **kinds[launch])
+    monkeypatch.setattr(device, "_pyrnn_layers", None, raising=False)   # (fresh layers)
+    asked = []
+    real = engine.get_program
+
+    def spy(dev, source, defines=None, **kw):
+        if source == "recurrence.cl":
+            asked.append((int(defines.get("BWD_PROGRAM", 0)), int(defines["REC_PART"])))
+        return real(dev, source, defines, **kw)
+
+    monkeypatch.setattr(engine, "get_program", spy)
+    rng = np.random.default_rng(5)
+    T, N, I, H = 3, 5, 4, 8
+    x, R, W = (rng.standard_normal(s).astype(np.float32)
+               for s in ((T, N, I), (4 * H, H), (4 * H, I)))
+    desc = rc.LSTMDescriptor(training=True)
+    y, cs, z = rc.lstm(x, R, W, descriptor=desc, device=device)
+    rc.lstm_gradients(x, R, np.ones_like(y), z, cs, W, descriptor=desc, device=device)
+    assert set(asked) == PARTS_BUILT[launch]
+    assert len(asked) == len(set(asked)), "each part is built once per layer"
+
+
+@pytest.mark.parametrize("cell", ["lstm-peep-proj", "gru-before"])
+def test_kernel_parts_match_the_source(device, cell):
+    """``engine.KERNEL_PARTS`` and the ``REC_PART`` guards of ``cl/recurrence.cl`` agree: each
+    part's program holds exactly the kernels the table gives it, and together the parts hold
+    every kernel of the whole program (an LSTM with peepholes and a projection: pyrnn_proj,
+    pyrnn_bwd_proj and pyrnn_peep_grad; a reset-before GRU: pyrnn_fwd_b and pyrnn_bwd_b)."""
+    from pyrnn_cl.programs import get_program
+
+    if cell == "gru-before":
+        spec = CellSpec("gru", (0, 1, 2), (2, 2, 3), reset_after=False)
+        rec = engine.Recurrence(device, np.float32, spec, T=3, N=2, H=8)
+    else:
+        spec = CellSpec("lstm", (0, 1, 2, 3), (2, 2, 3, 2), peephole=PEEP_MPS)
+        rec = engine.Recurrence(device, np.float32, spec, T=3, N=2, H=8, P=4, has_peep=True)
+    backward = dict(HAS_DY=1, HAS_DHN=1, HAS_DCN=int(spec.kind == "lstm"), REC_NB=rec.nb,
+                    BWD_PROGRAM=1)
+
+    def kernels(defines, part):
+        return set(get_program(device, "recurrence.cl", dict(defines, REC_PART=part),
+                               prelude=(rec.cell.source,)).kernel_names)
+
+    for extra in ({}, backward):
+        defines = rec._program(**extra).defines
+        whole = kernels(defines, 0)
+        assert whole and whole <= set(engine.KERNEL_PARTS)
+        for part in (1, 2, 3):
+            assert kernels(defines, part) == {k for k in whole
+                                              if engine.KERNEL_PARTS[k] == part}, part
+
+
+# =================================================================================================
 # Host-side helpers of the engine (per-call costs)
 
 

@@ -242,6 +242,16 @@ PYRNN_FUNC void store_units(const realV v, __global real *p, const int nu)
                              * two programs holding every kernel: an implementation that compiles
                              * a whole program at once (Intel's) compiled each kernel twice */
 #endif
+#ifndef REC_PART
+#define REC_PART 0          /* and which of those: 0 all; 1 the step kernels; 2 the whole-sequence
+                             * kernel; 3 the helpers (forward program). The engine builds a part
+                             * on the first use of one of its kernels (pyrnn_cl.engine.KERNEL_PARTS):
+                             * a layer runs either the step or the whole-sequence kernels, and
+                             * Intel's runtime and GPU drivers compile every kernel of a program */
+#endif
+#define STEP_PART (REC_PART == 0 || REC_PART == 1)
+#define SEQ_PART (REC_PART == 0 || REC_PART == 2)
+#define HELPER_PART (REC_PART == 0 || REC_PART == 3)
 
 /* Register tiles: the small loops over batch rows and gates must be unrolled so the accumulators
  * live in registers (clang's loop pragma; harmless where a compiler ignores it). Without it PoCL
@@ -842,6 +852,7 @@ PYRNN_FUNC void fwd_step(const int T, const int N, const int H, const int K, con
 
 #if !BWD_PROGRAM     /* the forward program's kernels (BWD_PROGRAM below) */
 
+#if STEP_PART
 /* One step per launch (the host enqueues the T steps back to back). */
 __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, FWD_PARAMS)
@@ -849,7 +860,9 @@ __kernel void pyrnn_fwd(const int T, const int N, const int H, const int K, cons
     LANE_BUF;
     fwd_step(T, N, H, K, rev_mask, s, 0, 0, FWD_ARGS LANE_ARG);
 }
+#endif
 
+#if SEQ_PART
 /* The whole sequence in one launch (steps 0 .. steps-1): a work-group holds every unit of one
  * direction for its batch rows, so the barrier after each step is the only synchronisation h[t]
  * needs; work-groups never wait for each other. With REC_SEQ_LOOP the work-group is one
@@ -878,8 +891,9 @@ __kernel void pyrnn_fwd_seq(const int T, const int N, const int H, const int K, 
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
+#endif
 
-#if CELL_GA < CELL_G
+#if CELL_GA < CELL_G && STEP_PART
 /* Second kernel of a two-phase step (e.g. GRU reset-before): the late slot L (o) from
  * (h[t-1] . m . g) R_L^T, g the late gate (r). */
 __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
@@ -937,7 +951,7 @@ __kernel void pyrnn_fwd_b(const int T, const int N, const int H, const int rev_m
 }
 #endif
 
-#if HAS_PROJ
+#if HAS_PROJ && STEP_PART
 /* LSTM projection of step t: y[t] = hs[t] W_proj^T, packed W_proj [D][P/VW][H][1][VW]. */
 __kernel void pyrnn_proj(const int T, const int N, const int H, const int P, const int rev_mask,
                          const int s, __global const real *hs, __global const pack_t *wpk,
@@ -1025,7 +1039,7 @@ PYRNN_FUNC bwd_row bwd_row_info(int b, int s, int t, int rev, int N, int T,
 
 #if BWD_PROGRAM      /* the backward program's kernels, to the end of the section */
 
-#if HAS_PROJ
+#if HAS_PROJ && STEP_PART
 /* Projection backward of step s: dr[t] = dy[t] + dL/dr[t] through R of the next step (+ the final
  * state gradient); for s = -1 it writes dh0 (h0 is P wide). Runs before pyrnn_bwd of the same s. */
 __kernel void pyrnn_bwd_proj(const int T, const int N, const int H, const int P,
@@ -1262,12 +1276,14 @@ PYRNN_FUNC void bwd_step(const int T, const int N, const int H, const int K, con
     }
 }
 
+#if STEP_PART
 __kernel void pyrnn_bwd(const int T, const int N, const int H, const int K, const int rev_mask,
                         const int s, BWD_PARAMS)
 {
     LANE_BUF;
     bwd_step(T, N, H, K, rev_mask, s, 0, 0, BWD_ARGS LANE_ARG);
 }
+#endif
 
 #if PYRNN_IO16
 /* The backward's 16-bit inputs it does not read directly (see "16-bit inputs of the backward"),
@@ -1308,6 +1324,7 @@ PYRNN_FUNC void widen_grad_inputs(const int T, const int N, const int H, const i
 }
 #endif
 
+#if SEQ_PART
 /* A chunk of the backward in one launch: steps s_hi-1 .. s_last (s_lo, or -1 in the last chunk:
  * the pseudo-step that writes the gradients of h0 and c0); work split and barriers as in
  * pyrnn_fwd_seq. In a 16-bit call (s16) the first chunk's launch widens the 16-bit inputs of in16
@@ -1334,8 +1351,9 @@ __kernel void pyrnn_bwd_seq(const int T, const int N, const int H, const int K, 
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
+#endif
 
-#if CELL_GA < CELL_G
+#if CELL_GA < CELL_G && STEP_PART
 /* Second backward kernel of a two-phase step: q = dgh_L R_L gives the late gate's share of its
  * gradient (added to what pyrnn_bwd wrote) and the h[t-1] . m . g path of carry_h. */
 __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_mask, const int s,
@@ -1394,7 +1412,8 @@ __kernel void pyrnn_bwd_b(const int T, const int N, const int H, const int rev_m
 #endif /* BWD_PROGRAM */
 
 /* ---- helpers around the time loop (one work-item per element) ----------------------------- */
-#if !BWD_PROGRAM     /* (in the forward program: the backward takes them from there) */
+#if !BWD_PROGRAM && HELPER_PART    /* (in the forward program: the backward takes them
+                                     * from there) */
 
 /* Final state of each row: out[d][n][k] = src[t_last][n][d][k] (t_last = len-1, or 0 reversed), or
  * init[d][n][k] when len = 0. A 16-bit call (storage code s16) may give init in 16 bits (bit 1
