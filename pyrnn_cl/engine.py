@@ -260,21 +260,25 @@ class _Parts:
     in for a :class:`~pyrnn_cl.programs.Program` where the engine uses one: ``kernel``,
     ``work_group_size``, ``defines``."""
 
-    __slots__ = ("device", "defines", "prelude", "parts")
+    __slots__ = ("device", "defines", "prelude", "parts", "whole")
 
     def __init__(self, device, defines: dict, prelude: tuple[str, ...]):
         self.device, self.defines, self.prelude = device, defines, prelude
         self.parts: dict[int, Program] = {}
+        #: one program of every kernel of the direction (part 0): where the implementation
+        #: compiles kernels at their first launch (PoCL), and for a backward with lanes
+        self.whole = bool(device.profile.compiles_kernels_at_launch or (
+            defines.get("BWD_PROGRAM") and int(defines.get("REC_KS", 1)) > 1))
 
     def part(self, kernel: str) -> Program:
-        """The program that holds ``kernel`` (built now if it is not yet). A backward with its
-        products split over lanes (``REC_KS`` > 1, GPUs) keeps all its kernels in one program:
-        PoCL 3.1 computed wrong gradients of a reset-after GRU with the step kernel built
-        alone (``REC_KS`` = 4 or 8; right ones beside ``pyrnn_bwd_seq``, and on Intel's runtime
-        and Oclgrind, which reported no race, either way)."""
-        part = KERNEL_PARTS[kernel]
-        if self.defines.get("BWD_PROGRAM") and int(self.defines.get("REC_KS", 1)) > 1:
-            part = 0
+        """The program that holds ``kernel`` (built now if it is not yet). All the direction's
+        kernels are in one (part 0) on an implementation that compiles kernels at their
+        first launch (``VendorProfile.compiles_kernels_at_launch``), and in a backward with
+        its products split over lanes (``REC_KS`` > 1, GPUs): PoCL 3.1 computed wrong
+        gradients of a reset-after GRU from that step kernel built alone (``REC_KS`` = 4 or
+        8; right ones beside ``pyrnn_bwd_seq``, and on Intel's runtime and Oclgrind, which
+        reported no race, either way)."""
+        part = 0 if self.whole else KERNEL_PARTS[kernel]
         prog = self.parts.get(part)
         if prog is None:
             prog = self.parts[part] = get_program(self.device, "recurrence.cl",

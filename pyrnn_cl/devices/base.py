@@ -74,6 +74,11 @@ class VendorProfile:
     #: The implementation compiles a work-group function per local size at the first launch:
     #: launches use a small fixed set of explicit local sizes (:meth:`local_size`).
     specialises_per_local_size: ClassVar[bool] = False
+    #: The implementation compiles a kernel's code at its first launch, not when its program
+    #: is built: a program's unused kernels cost only the front end's pass over them. The
+    #: engine then keeps a layer's recurrence kernels in one program per direction instead
+    #: of one per part (``engine.KERNEL_PARTS``: each program build costs a front end).
+    compiles_kernels_at_launch: ClassVar[bool] = False
     #: On devices of these ``DeviceInfo.type`` values the device's global memory is the host's:
     #: a map returns a pointer into the buffer, and a ``USE_HOST_PTR`` buffer works in the
     #: host's memory. The torch bridge then maps its results and wraps its inputs instead of
