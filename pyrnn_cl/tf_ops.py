@@ -417,9 +417,10 @@ class _LSTM:
         if need_b:   # b with forget_bias added to the f block
             self.bias = bd
             if self.forget_bias != 0.0:
-                if self.bias is b:      # the caller's device array: never modify an input
-                    self.bias = q.empty((GH,))
-                    _copy_cols(q, self.bias, GH, 0, b, GH, 0, 1, GH)
+                # never modify an input: ``bd`` is the caller's memory (a device array, or a
+                # NumPy array read in place)
+                self.bias = q.empty((GH,))
+                _copy_cols(q, self.bias, GH, 0, bd, GH, 0, 1, GH)
                 fb = copied_at_creation(q.queue, np.full(1, self.forget_bias, q.dtype))
                 engine.copy3(q.device, q.dtype, self.bias, layout["f"] * H, (0, 0, 1), fb, 0,
                              (0, 0, 0), (1, 1, H), beta=1.0)

@@ -12,6 +12,7 @@ import pyopencl.array as cla
 import pytest
 
 import pyrnn_cl as rc
+from helpers import fuzz as FZ
 from pyrnn_cl import _arrays
 from pyrnn_cl._arrays import Call, shares_host_memory
 
@@ -101,3 +102,64 @@ def test_a_call_holds_what_it_reads_in_place(shared, monkeypatch):
     del call
     gc.collect()
     assert finished
+
+
+def _float_arrays(case):
+    """The floating NumPy arguments of ``case`` by name (``name[i]`` for those in a list)."""
+    out = {}
+    for n, a in case.args.items():
+        value = a.value if isinstance(a, FZ.Arg) else a
+        items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, v in items:
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                out[n if i is None else f"{n}[{i}]"] = v
+    return out
+
+
+def test_every_op_reads_numpy_inputs_in_place_and_leaves_them(shared, monkeypatch):
+    """Every public op (the fuzzer's valid base call of each, float32, two seeds): with NumPy
+    in and out, no floating argument is copied to the device (each is read where it lies),
+    every argument holds the same bytes after the call, and the results equal those of the
+    same call with every argument copied (in-place reading switched off)."""
+    from pyrnn_cl.devices import set_default_device
+
+    uploads = []
+    real_upload = Call._upload
+
+    def recording_upload(self, a, dtype):
+        if np.dtype(dtype).kind == "f":
+            uploads.append(a.shape)
+        return real_upload(self, a, dtype)
+
+    checked: set = set()
+    set_default_device(shared)
+    try:
+        for op in sorted(FZ.OPS):
+            for seed in (0, 1):
+                case = FZ.OPS[op](np.random.default_rng([seed, 3]), np.float32)
+                if case.device_ok:
+                    case.kwargs["device"] = shared
+                before = {n: a.copy() for n, a in _float_arrays(case).items()}
+                if not before:          # (the size queries)
+                    continue
+                checked.add(op)
+                monkeypatch.setattr(Call, "_upload", recording_upload)
+                del uploads[:]
+                got = case.call()
+                monkeypatch.undo()
+                if op not in FZ._HOST_ONLY:
+                    assert not uploads, f"{op}: uploaded host arrays of shapes {uploads}"
+                for n, a in _float_arrays(case).items():
+                    np.testing.assert_array_equal(a, before[n], err_msg=f"{op}: {n} changed")
+                monkeypatch.setattr(Call, "_reads_in_place", lambda self, a, dtype: False)
+                want = case.call()
+                monkeypatch.undo()
+                got, want = (r if isinstance(r, (tuple, list)) else (r,) for r in (got, want))
+                assert len(got) == len(want), op
+                for g, w in zip(got, want):
+                    for gi, wi in zip(*(x if isinstance(x, (tuple, list)) else (x,)
+                                        for x in (g, w))):
+                        np.testing.assert_array_equal(gi, wi, err_msg=op)
+    finally:
+        set_default_device(None)
+    assert set(FZ.OPS) - checked == {"cudnn_rnn_params_size", "cudnn_rnn_reserve_space_size"}
