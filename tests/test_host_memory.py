@@ -136,7 +136,7 @@ def test_every_op_reads_numpy_inputs_in_place_and_leaves_them(shared, monkeypatc
     try:
         for op in sorted(FZ.OPS):
             for seed in (0, 1):
-                case = FZ.OPS[op](np.random.default_rng([seed, 3]), np.float32)
+                case = FZ.OPS[op](np.random.default_rng([seed, 0]), np.float32)
                 if case.device_ok:
                     case.kwargs["device"] = shared
                 before = {n: a.copy() for n, a in _float_arrays(case).items()}
