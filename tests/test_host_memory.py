@@ -116,27 +116,29 @@ def _float_arrays(case):
     return out
 
 
-def test_every_op_reads_numpy_inputs_in_place_and_leaves_them(shared, monkeypatch):
-    """Every public op (the fuzzer's valid base call of each, float32, two seeds): with NumPy
-    in and out, no floating argument is copied to the device (each is read where it lies),
-    every argument holds the same bytes after the call, and the results equal those of the
-    same call with every argument copied (in-place reading switched off)."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_op_reads_numpy_inputs_in_place_and_leaves_them(shared, monkeypatch, dtype):
+    """Every public op (the fuzzer's valid base call of each, two seeds): with NumPy in and
+    out, no floating argument is copied to the device (each is read where it lies; 16-bit
+    ones widen on the device from there), every argument holds the same bytes after the call,
+    and the results equal those of the same call with every argument copied (in-place reading
+    switched off)."""
     from pyrnn_cl.devices import set_default_device
 
     uploads = []
     real_upload = Call._upload
 
-    def recording_upload(self, a, dtype):
-        if np.dtype(dtype).kind == "f":
+    def recording_upload(self, a, to):
+        if np.dtype(to).kind == "f":
             uploads.append(a.shape)
-        return real_upload(self, a, dtype)
+        return real_upload(self, a, to)
 
     checked: set = set()
     set_default_device(shared)
     try:
         for op in sorted(FZ.OPS):
             for seed in (0, 1):
-                case = FZ.OPS[op](np.random.default_rng([seed, 0]), np.float32)
+                case = FZ.OPS[op](np.random.default_rng([seed, 0]), dtype)
                 if case.device_ok:
                     case.kwargs["device"] = shared
                 before = {n: a.copy() for n, a in _float_arrays(case).items()}
