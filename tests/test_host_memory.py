@@ -165,3 +165,33 @@ def test_every_op_reads_numpy_inputs_in_place_and_leaves_them(shared, monkeypatc
     finally:
         set_default_device(None)
     assert set(FZ.OPS) - checked == {"cudnn_rnn_params_size", "cudnn_rnn_reserve_space_size"}
+
+
+def test_arguments_off_the_usual_alignment_read_in_place(shared, monkeypatch):
+    """NumPy arguments that start 4 bytes past a 16-byte boundary (a view one element into a
+    buffer) are read in place and give the results of aligned copies, forward and gradients:
+    the kernels need only the element's alignment."""
+    def off_by_one(a):
+        buf = np.empty(a.size + 1, a.dtype)
+        view = buf[1:].reshape(a.shape)
+        view[...] = a
+        return view
+
+    d = _lstm_inputs(5, T=9, N=5, I=7, H=13)
+    odd = {k: off_by_one(v) for k, v in d.items()}
+    assert all(v.ctypes.data % 16 != 0 for v in odd.values())
+    desc = rc.LSTMDescriptor(training=True)
+    monkeypatch.setattr(Call, "_upload", lambda self, a, to: pytest.fail(
+        f"uploaded an array of shape {a.shape}"))
+    got = rc.lstm(odd["x"], odd["R"], odd["W"], odd["b"], descriptor=desc, device=shared)
+    want = rc.lstm(d["x"], d["R"], d["W"], d["b"], descriptor=desc, device=shared)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    dy = np.random.default_rng(6).standard_normal(want[0].shape).astype(np.float32)
+    got = rc.lstm_gradients(odd["x"], odd["R"], off_by_one(dy), off_by_one(want[2]),
+                            off_by_one(want[1]), odd["W"], odd["b"], device=shared)
+    want = rc.lstm_gradients(d["x"], d["R"], dy, want[2], want[1], d["W"], d["b"],
+                             device=shared)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
