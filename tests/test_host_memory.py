@@ -195,3 +195,35 @@ def test_arguments_off_the_usual_alignment_read_in_place(shared, monkeypatch):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_aliased_numpy_arguments_read_in_place(shared):
+    """Arguments that are views of one NumPy array (the weights sliced from one flat buffer,
+    the same array as initial state and initial cell, the initial state a view of the input)
+    are each read where they lie and give the results of separate copies, forward and
+    gradients."""
+    T, N, I, H = 6, 3, 5, 7
+    rng = np.random.default_rng(8)
+    flat = (0.3 * rng.standard_normal(4 * H * (H + I) + 4 * H)).astype(np.float32)
+    R = flat[:4 * H * H].reshape(4 * H, H)
+    W = flat[4 * H * H:4 * H * (H + I)].reshape(4 * H, I)
+    b = flat[4 * H * (H + I):]
+    buf = rng.standard_normal(T * N * I + N * H).astype(np.float32)
+    x = buf[:T * N * I].reshape(T, N, I)
+    h = buf[T * N * I - N * H:T * N * I].reshape(N, H)     # overlaps the input's last step
+    desc = rc.LSTMDescriptor(training=True)
+    got = rc.lstm(x, R, W, b, init_state=h, init_cell=h, descriptor=desc, device=shared)
+    copies = [a.copy() for a in (x, R, W, b, h, h)]
+    want = rc.lstm(*copies[:4], init_state=copies[4], init_cell=copies[5], descriptor=desc,
+                   device=shared)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    dy = rng.standard_normal(want[0].shape).astype(np.float32)
+    got = rc.lstm_gradients(x, R, dy, want[2], want[1], W, b, init_state=h, init_cell=h,
+                            descriptor=desc, device=shared)
+    want = rc.lstm_gradients(*copies[:2], dy, want[2].copy(), want[1].copy(), *copies[2:4],
+                             init_state=copies[4], init_cell=copies[5], descriptor=desc,
+                             device=shared)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
