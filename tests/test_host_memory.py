@@ -197,11 +197,12 @@ def test_arguments_off_the_usual_alignment_read_in_place(shared, monkeypatch):
         np.testing.assert_array_equal(g, w)
 
 
-def test_aliased_numpy_arguments_read_in_place(shared):
+def test_aliased_numpy_arguments(device):
     """Arguments that are views of one NumPy array (the weights sliced from one flat buffer,
     the same array as initial state and initial cell, the initial state a view of the input)
-    are each read where they lie and give the results of separate copies, forward and
-    gradients."""
+    give the results of separate copies, forward and gradients: each read where it lies on a
+    device sharing the host's memory, each uploaded elsewhere."""
+    shared = device
     T, N, I, H = 6, 3, 5, 7
     rng = np.random.default_rng(8)
     flat = (0.3 * rng.standard_normal(4 * H * (H + I) + 4 * H)).astype(np.float32)
