@@ -693,7 +693,8 @@ class Call:
 
     def dev(self, name, a, shape=None):
         """``a`` as a contiguous, zero-offset device array of the compute dtype (copied, and
-        for 16-bit storage widened to float32, when needed)."""
+        for 16-bit storage widened to float32, when needed; a NumPy array read where it lies
+        where :meth:`_reads_in_place` says so)."""
         return self.devs((name, a, shape))[0]
 
     def devs(self, *items):
