@@ -228,3 +228,36 @@ def test_aliased_numpy_arguments(device):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_read_only_numpy_arguments(device, tmp_path):
+    """Read-only arrays (``writeable=False``) and read-only memory-mapped files
+    (``np.load(..., mmap_mode="r")``) are valid arguments: read in place where the device's
+    memory is the host's (nothing writes to them), uploaded elsewhere; the results equal those
+    of writable copies, forward and gradients."""
+    d = _lstm_inputs(9)
+    frozen = {}
+    for k, v in d.items():
+        if k == "x":
+            np.save(tmp_path / "x.npy", v)
+            frozen[k] = np.load(tmp_path / "x.npy", mmap_mode="r")
+        else:
+            frozen[k] = v.copy()
+            frozen[k].flags.writeable = False
+    assert not any(v.flags.writeable for v in frozen.values())
+    desc = rc.LSTMDescriptor(training=True)
+    got = rc.lstm(frozen["x"], frozen["R"], frozen["W"], frozen["b"], descriptor=desc,
+                  device=device)
+    want = rc.lstm(d["x"], d["R"], d["W"], d["b"], descriptor=desc, device=device)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    dy = np.random.default_rng(10).standard_normal(want[0].shape).astype(np.float32)
+    z, c = want[2].copy(), want[1].copy()
+    for a in (dy, z, c):
+        a.flags.writeable = False
+    got = rc.lstm_gradients(frozen["x"], frozen["R"], dy, z, c, frozen["W"], frozen["b"],
+                            device=device)
+    want = rc.lstm_gradients(d["x"], d["R"], dy.copy(), z.copy(), c.copy(), d["W"], d["b"],
+                             device=device)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
