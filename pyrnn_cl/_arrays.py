@@ -729,16 +729,13 @@ class Call:
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
             if isinstance(a, np.ndarray):
-                a = (self._wrap(a) if self._reads_in_place(a, self.storage)
-                     else self._upload(a, self.storage))
+                a = self._from_host(a, self.storage)
             return a, True
         if isinstance(a, np.ndarray):
             check_memory(self.device, name, [a.size * self.dtype.itemsize])
             if a.size == 0:
                 return cla.empty(self.queue, a.shape, self.dtype), False
-            if self._reads_in_place(a, self.dtype):
-                return self._wrap(a), False
-            return self._upload(a, self.dtype), False
+            return self._from_host(a, self.dtype), False
         self._check_device_array(name, a)
         return _zero_offset(self.queue, a), False
 
@@ -753,14 +750,12 @@ class Call:
 
     def stored(self, name, a, shape=None):
         """``a`` on the device in the call's *storage* dtype: as :meth:`dev`, but a 16-bit
-        array is uploaded as it is and not widened, and a NumPy array of a call with NumPy
-        results on a device sharing the host's memory is read in place (:func:`wrap_host`).
-        For arguments that kernels only read, and read in their storage dtype themselves (the
-        weights: the recurrence's packs, ``cl/pack.cl``, and the GEMMs)."""
+        array goes to the device as it is and is not widened (read in place or uploaded:
+        :meth:`_from_host`). For arguments that kernels only read, and read in their storage
+        dtype themselves (the weights: the recurrence's packs, ``cl/pack.cl``, and the
+        GEMMs)."""
         if a is not None and shape is not None:
             check_shape(name, a, shape)
-        if isinstance(a, np.ndarray) and a.size and self._reads_in_place(a, self.storage):
-            return self._wrap(a)
         if a is None or not self.converts:
             return self.dev(name, a)
         if isinstance(a, cla.Array):
@@ -771,24 +766,28 @@ class Call:
         check_memory(self.device, name, [a.nbytes])
         if a.size == 0:
             return cla.empty(self.queue, a.shape, self.storage)
-        return self._upload(a, self.storage)
+        return self._from_host(a, self.storage)
 
-    def _reads_in_place(self, a: np.ndarray, dtype) -> bool:
-        """Whether the kernels read the host array ``a`` where it lies (:meth:`_wrap`) instead
-        of a device copy of ``dtype``: NumPy in and out on a device sharing the host's memory
-        (:func:`shares_host_memory`), ``a`` already of ``dtype``, contiguous and aligned. The
-        call reads its results back before it returns, so its kernels are done with ``a`` by
-        then; a call that raises first waits for them when it is dropped (``__del__``). Every
-        array argument is one that kernels only read, as they read a caller's device array
-        (``tests/test_host_memory.py`` holds every dialect to that)."""
-        return (self.numpy_out and a.dtype == dtype and a.flags.c_contiguous
-                and a.flags.aligned and shares_host_memory(self.device))
-
-    def _wrap(self, a: np.ndarray) -> cla.Array:
-        """:func:`wrap_host` of ``a``, held until the call ends."""
+    def _from_host(self, a: np.ndarray, dtype) -> cla.Array:
+        """The non-empty host array ``a`` on the device as ``dtype``: read where it lies
+        (:func:`wrap_host`, held by the call until it ends) where :meth:`_reads_in_place`,
+        else uploaded (:meth:`_upload`)."""
+        if not self._reads_in_place(a, dtype):
+            return self._upload(a, dtype)
         wrapped = wrap_host(self.queue, a)
         self._in_place.append(wrapped)
         return wrapped
+
+    def _reads_in_place(self, a: np.ndarray, dtype) -> bool:
+        """Whether the kernels read the host array ``a`` where it lies (:meth:`_from_host`)
+        instead of a device copy of ``dtype``: NumPy in and out on a device sharing the host's
+        memory (:func:`shares_host_memory`), ``a`` already of ``dtype``, contiguous and
+        aligned. The call reads its results back before it returns, so its kernels are done
+        with ``a`` by then; a call that raises first waits for them when it is dropped
+        (``__del__``). Every array argument is one that kernels only read, as they read a
+        caller's device array (``tests/test_host_memory.py`` holds every dialect to that)."""
+        return (self.numpy_out and a.dtype == dtype and a.flags.c_contiguous
+                and a.flags.aligned and shares_host_memory(self.device))
 
     def _upload(self, a: np.ndarray, dtype) -> cla.Array:
         """The host array ``a`` as a new device array of ``dtype``: from the pool where the
