@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from helpers.clock import simulate_clock
 from pyrnn_cl import bench
 from pyrnn_cl.bench import BenchConfig
+from pyrnn_cl.bench import timing as bench_timing
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -220,9 +222,22 @@ def test_run_bench_bridge(device, monkeypatch):
         return real(self)
 
     monkeypatch.setattr(bench._Bridge, "run_fwd_bwd", spy)
+    turns = []      # which side ran, call by call
+
+    def logged(cls, name, side):
+        method = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self: (turns.append(side), method(self))[1])
+
+    logged(bench._Ours, "run_fwd_bwd", "arrays")
+    logged(bench._Bridge, "run_fwd_bwd", "bridge")
+    logged(bench._Torch, "run_fwd_bwd", "torch")
     cfgs = [TINY[0], TINY[2]]
-    result = bench.run_bench(cfgs, device=device, repeat=1, warmup=0, threads=1, bridge=True)
+    result = bench.run_bench(cfgs, device=device, repeat=4, warmup=0, threads=1, bridge=True)
     assert result["bridge"] is True and result["summary"]["errors"] == 0
+    # the bridge's turns come right after the device-array calls' (their ratio pairs them)
+    runs = [side for i, side in enumerate(turns) if i == 0 or turns[i - 1] != side]
+    assert runs.count("bridge") >= 2 * len(cfgs), runs
+    assert all(runs[i - 1] == "arrays" for i, side in enumerate(runs) if side == "bridge"), runs
     for entry in result["configs"]:
         assert entry["dialect"] == "cudnn"
         assert entry["bridge"]["fwd_bwd"]["min_ms"] > 0
@@ -241,6 +256,17 @@ def test_run_bench_bridge(device, monkeypatch):
         want = torch.autograd.grad(ref.mod(xr)[0], [xr, *ref.params], ref.dy)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_paired_ratio_is_the_median_of_ratios_within_rounds():
+    """The bridge ratio is taken within rounds, not from each side's median: a round in which
+    both sides ran slower (the host's load drifting) leaves it where it is."""
+    arrays, bridge = [1.0, 2.0, 3.0], [1.0, 4.0, 3.0]
+    assert bench_timing._paired_ratio(arrays, bridge) == 1.0
+    assert statistics.median(arrays) / statistics.median(bridge) < 0.7
+    assert bench_timing._paired_ratio([2.0, 4.0, 8.0], [4.0, 8.0, 16.0]) == 0.5
+
+
 @pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.skipif(
     importlib.util.find_spec("ml_dtypes") is None, reason="ml_dtypes is not installed"))])
 def test_run_bench_16bit(device, dtype):

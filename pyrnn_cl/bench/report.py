@@ -83,8 +83,9 @@ def format_table(result: dict) -> str:
     if any(e.get("bridge") for e in result["configs"]):
         lines += [
             "Torch bridge: forward+backward through pyrnn_cl.torch (CPU tensors in and out) "
-            "against the same cuDNN-dialect calls on device arrays; ratio = device-array time / "
-            "bridge time (1.00: no overhead):",
+            "against the same cuDNN-dialect calls on device arrays, in turns right after theirs; "
+            "ratio = device-array time / bridge time, the median over those pairs of turns "
+            "(min: of the minima; 1.00: no overhead):",
             "",
             "| config | device arrays f+b ms med | bridge f+b ms med (min) | ratio med (min) |",
             "|" + "---|" * 4,

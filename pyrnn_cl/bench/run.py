@@ -15,7 +15,7 @@ from .configs import FLOP_CONVENTION, _resolve_configs, _storage_dtype, _tiers
 from .machine import _machine, _openblas_set_threads, sgemm_gflops
 from .memory import memory_estimate
 from .sides import _Bridge, _Ours, _Torch
-from .timing import TIMING_NOTE, _Progress, _rates, _stats, _timed_blocks
+from .timing import TIMING_NOTE, _paired_ratio, _Progress, _rates, _stats, _timed_blocks
 from .weights import _make_weights
 
 
@@ -39,7 +39,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     call, so every host-device transfer is timed; default: arrays already on the device.
     ``bridge``: also time forward+backward through ``pyrnn_cl.torch`` (needs torch; PyTorch on
     the CPU), against our side run with the cuDNN dialect for every configuration (what the
-    bridge calls): ``ratio_bridge_fwd_bwd`` is our time / the bridge's (1.0: no overhead).
+    bridge calls), the bridge's turns right after ours: ``ratio_bridge_fwd_bwd`` is the median
+    over those pairs of turns of our time / the bridge's (1.0: no overhead).
     ``dtype``: the storage dtype of our ops' arrays (``"float32"``, ``"float16"``,
     ``"bfloat16"`` where ml_dtypes is installed; ``sources.STORAGE_DTYPES``); PyTorch always
     runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32. A 16-bit run
@@ -147,10 +148,11 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
         # Alternating turns: the machine may be shared, so both sides see the same load.
         fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
+        if bridge and tm is not None and not tm.cuda:
+            # (its turns right after our forward+backward's: the ratio pairs them)
+            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
-        if bridge and tm is not None and not tm.cuda:
-            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
         if np.dtype(dtype).itemsize == 2:      # 16-bit storage: float32 in the same turns
             f32 = _Ours(cfg, weights, x, dy, dev, use_cudnn=ours.dialect == "cudnn",
                         host_inputs=host_inputs)
@@ -172,7 +174,8 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
         if "bridge_fwd_bwd" in times:
             bfb = _stats(times["bridge_fwd_bwd"])
             entry["bridge"] = {"fwd_bwd": bfb}
-            entry["ratio_bridge_fwd_bwd"] = fb["median_ms"] / bfb["median_ms"]
+            entry["ratio_bridge_fwd_bwd"] = _paired_ratio(times["fwd_bwd"],
+                                                          times["bridge_fwd_bwd"])
             entry["ratio_bridge_fwd_bwd_min"] = fb["min_ms"] / bfb["min_ms"]
     except Exception as exc:  # noqa: BLE001 - one broken config must not hide the others
         entry["error"] = f"{type(exc).__name__}: {exc}"

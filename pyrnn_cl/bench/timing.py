@@ -59,6 +59,17 @@ def _timed_blocks(fns: dict, repeat: int, warmup: int, block: int = 3,
     return times
 
 
+def _paired_ratio(num: list[float], den: list[float]) -> float:
+    """The median over rounds of ``num[i] / den[i]``: two sides whose timings were taken in
+    turns one right after the other (:func:`_timed_blocks`, the sides next to each other in
+    its ``fns``), so that each ratio compares calls made under the same load. A ratio of
+    medians compares calls up to a round of every side apart, and drift between them enters
+    it (measured on 2 cores: the torch bridge's medians at the large configurations read
+    0.91-0.94 of the device-array calls', call-by-call interleaving 0.95-0.97 for the same
+    work; docs/benchmarks.md)."""
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
 def _stats(times: list[float]) -> dict:
     return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
             "all_ms": [t * 1e3 for t in times]}
