@@ -9,10 +9,12 @@ Times, interleaved call by call (the order rotating every round), forward+backwa
 * ``bridge``: ``pyrnn_cl.torch``'s module, as ``pyrnn-cl bench --bridge`` times it;
 * ``floor``: a stripped bridge, a bare ``torch.autograd.Function`` around the same two calls
   that wraps the input and the output gradient in place, reads back only ``y``, ``dx`` and the
-  flat parameter gradient (one wait each) and does nothing else: no argument checks, no
-  parameter cache or version checks, no ``h_n``/``c_n``, no parameter gradients handed to
-  autograd. What torch's autograd and the two inherent synchronisations (the forward's results
-  are read before the backward can be called) cost on their own.
+  flat parameter gradient (one wait each), hands autograd the parameters' gradients as views of
+  that flat one (as the module does) and does nothing else: no argument checks, no parameter
+  cache or version checks, no ``h_n``/``c_n``. What torch's autograd and the two inherent
+  synchronisations (the forward's results are read before the backward can be called) cost on
+  their own. (Leaving the parameters' gradients out of it changed nothing measurable: 0.998,
+  150 rounds, tiny LSTM on PoCL.)
 
 It prints the median time of each and its ratio to ``arrays``: where ``floor`` stays below a
 target, no bridge reaches it on that device and shape.
@@ -37,6 +39,10 @@ def _measure(shape: str, device, rounds: int) -> None:
     q, mode, m, params, x, dy = device.queue, c.mode, c.m, c.params, c.x, c.dy
     pd, h0, c0 = c.pd, c.h0, c.c0
     in_place = shares_host_memory(device)
+    import pyrnn_cl.torch as rt
+    slots = rt._slots(rt._MODES[m.mode], m.num_layers, m.input_size, m.hidden_size,
+                      2 if m.bidirectional else 1, m.proj_size, bool(m.bias))[1]
+    # (one layer: m.parameters() lists them in that order)
 
     def host_array(t):
         a = t.detach().contiguous().numpy()
@@ -58,8 +64,10 @@ def _measure(shape: str, device, rounds: int) -> None:
             dx, _, _, dp = rc.cudnn_rnn_backprop(xa, h0, c0, pd, None, None, None, None, ga,
                                                  None, None, res, host, rnn_mode=mode,
                                                  device=device)
-            gx, _ = read_host(q, [(dx, 0, dx.shape), (dp, 0, dp.shape)], in_place)
-            return (torch.from_numpy(gx),) + (None,) * len(params)
+            gx, gp = read_host(q, [(dx, 0, dx.shape), (dp, 0, dp.shape)], in_place)
+            flat = torch.from_numpy(gp)
+            return (torch.from_numpy(gx),) + tuple(flat[off:off + n].view(p.shape)
+                                                   for (off, n), p in zip(slots, params))
 
     def bridge():
         xx = x.detach().requires_grad_(True)
@@ -67,7 +75,7 @@ def _measure(shape: str, device, rounds: int) -> None:
 
     def floor():
         xx = x.detach().requires_grad_(True)
-        torch.autograd.grad(Floor.apply(xx, *params), [xx], dy)
+        torch.autograd.grad(Floor.apply(xx, *params), [xx, *params], dy)
 
     sides = {"arrays": c.arrays, "bridge": bridge, "floor": floor}
     times: dict = {k: [] for k in sides}
