@@ -778,6 +778,13 @@ class Call:
         self._in_place.append(wrapped)
         return wrapped
 
+    def is_callers(self, a: cla.Array, given) -> bool:
+        """Whether ``a``, what :meth:`dev` (or :meth:`devs`, :meth:`stored`) made of the
+        argument ``given``, is the caller's own memory: the caller's device array itself, or
+        its NumPy array read in place (:meth:`_from_host`). Never write into such an array;
+        an upload or a widened copy is the call's own."""
+        return a is given or any(a is w for w in self._in_place)
+
     def _reads_in_place(self, a: np.ndarray, dtype) -> bool:
         """Whether the kernels read the host array ``a`` where it lies (:meth:`_from_host`)
         instead of a device copy of ``dtype``: NumPy in and out on a device sharing the host's

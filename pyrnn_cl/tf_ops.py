@@ -417,10 +417,9 @@ class _LSTM:
         if need_b:   # b with forget_bias added to the f block
             self.bias = bd
             if self.forget_bias != 0.0:
-                # never modify an input: ``bd`` is the caller's memory (a device array, or a
-                # NumPy array read in place)
-                self.bias = q.empty((GH,))
-                _copy_cols(q, self.bias, GH, 0, bd, GH, 0, 1, GH)
+                if q.is_callers(bd, b):     # never modify an input: add into a copy
+                    self.bias = q.empty((GH,))
+                    _copy_cols(q, self.bias, GH, 0, bd, GH, 0, 1, GH)
                 fb = copied_at_creation(q.queue, np.full(1, self.forget_bias, q.dtype))
                 engine.copy3(q.device, q.dtype, self.bias, layout["f"] * H, (0, 0, 1), fb, 0,
                              (0, 0, 0), (1, 1, H), beta=1.0)
