@@ -941,9 +941,7 @@ class _CLRNNMixin(_RNNBase):
         if not params or any(p.device.type != "cpu" or p.dtype != params[0].dtype
                              for p in params):
             return
-        lay, slots = _slots(_MODES[self.mode], self.num_layers, self.input_size,
-                            self.hidden_size, 2 if self.bidirectional else 1, self.proj_size,
-                            bool(self.bias))
+        lay, slots = self._param_slots()
         if _flat_view(slots, lay.size, params) is not None:
             return
         with torch.no_grad():
@@ -952,6 +950,12 @@ class _CLRNNMixin(_RNNBase):
                 flat[off:off + n] = p.reshape(-1)
             for (off, _), p in zip(slots, params):
                 p.set_(flat.untyped_storage(), off, p.shape, p.stride())
+
+    def _param_slots(self):
+        """:func:`_slots` of this module: the flat params' layout, and where each tensor of
+        :meth:`_flat_parameters` lies in it."""
+        return _slots(_MODES[self.mode], self.num_layers, self.input_size, self.hidden_size,
+                      2 if self.bidirectional else 1, self.proj_size, bool(self.bias))
 
     def _flat_parameters(self):
         names = _flat_parameter_names(self.num_layers, self.bidirectional, bool(self.bias),

@@ -39,10 +39,8 @@ def _measure(shape: str, device, rounds: int) -> None:
     q, mode, m, params, x, dy = device.queue, c.mode, c.m, c.params, c.x, c.dy
     pd, h0, c0 = c.pd, c.h0, c.c0
     in_place = shares_host_memory(device)
-    import pyrnn_cl.torch as rt
-    slots = rt._slots(rt._MODES[m.mode], m.num_layers, m.input_size, m.hidden_size,
-                      2 if m.bidirectional else 1, m.proj_size, bool(m.bias))[1]
-    # (one layer: m.parameters() lists them in that order)
+    # the floor's parameters in the flat params' order, and where each lies in it
+    flat_params, slots = m._flat_parameters(), m._param_slots()[1]
 
     def host_array(t):
         a = t.detach().contiguous().numpy()
@@ -67,7 +65,7 @@ def _measure(shape: str, device, rounds: int) -> None:
             gx, gp = read_host(q, [(dx, 0, dx.shape), (dp, 0, dp.shape)], in_place)
             flat = torch.from_numpy(gp)
             return (torch.from_numpy(gx),) + tuple(flat[off:off + n].view(p.shape)
-                                                   for (off, n), p in zip(slots, params))
+                                                   for (off, n), p in zip(slots, flat_params))
 
     def bridge():
         xx = x.detach().requires_grad_(True)
@@ -75,7 +73,7 @@ def _measure(shape: str, device, rounds: int) -> None:
 
     def floor():
         xx = x.detach().requires_grad_(True)
-        torch.autograd.grad(Floor.apply(xx, *params), [xx, *params], dy)
+        torch.autograd.grad(Floor.apply(xx, *flat_params), [xx, *flat_params], dy)
 
     sides = {"arrays": c.arrays, "bridge": bridge, "floor": floor}
     times: dict = {k: [] for k in sides}
