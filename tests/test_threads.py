@@ -138,10 +138,25 @@ def test_other_threads_run_python_while_results_are_read(device):
     from pyrnn_cl.gemm import gemm
 
     rng = np.random.default_rng(3)
+
+    def product_time(n):
+        """A product's device time: the second of two (the first builds the kernels)."""
+        a = cla.to_device(device.queue, rng.standard_normal((n, n)).astype(np.float32))
+        c = cla.empty(device.queue, (n, n), np.float32)
+        for _ in range(2):
+            device.queue.finish()
+            start = time.perf_counter()
+            gemm(device, np.float32, n, n, n, a, a, c)
+            device.queue.finish()
+        return time.perf_counter() - start, a, c
+
+    # products long enough that the device falls behind the host's launches (on a GPU one of
+    # 384^2 is shorter than its launch): the queued work is then device time, not host time
     n = 384
-    a = cla.to_device(device.queue, rng.standard_normal((n, n)).astype(np.float32))
-    c = cla.empty(device.queue, (n, n), np.float32)
-    device.queue.finish()
+    seconds, a, c = product_time(n)
+    while seconds < 2e-3 and n < 4096:
+        n *= 2
+        seconds, a, c = product_time(n)
     stop, stamps = threading.Event(), []
 
     def tick():
@@ -149,14 +164,8 @@ def test_other_threads_run_python_while_results_are_read(device):
             stamps.append(time.perf_counter())
             time.sleep(0.001)
 
-    # device work of a known length: one product timed alone (after a first one that builds
-    # the kernels), then enough of them queued
-    gemm(device, np.float32, n, n, n, a, a, c)
-    device.queue.finish()
-    start = time.perf_counter()
-    gemm(device, np.float32, n, n, n, a, a, c)
-    device.queue.finish()
-    launches = max(4, int(0.4 / max(time.perf_counter() - start, 1e-4)))
+    # device work of a known length: enough of those products queued
+    launches = max(4, int(0.4 / seconds))
     ticker = threading.Thread(target=tick)
     ticker.start()
     time.sleep(0.02)

@@ -12,7 +12,12 @@ with ``tools`` on ``PYTHONPATH``. ``THREAD_DIAG`` names any of:
 * ``reads``: every device-to-host copy blocking (``pyopencl.enqueue_copy`` into a NumPy array).
   Since 2026-11-28 ``_arrays.read_host`` reads that way itself (with non-blocking reads the
   thread test crashed on NVIDIA's OpenCL under load, and pyopencl waited with the GIL held),
-  so this now changes only reads made elsewhere (``pyopencl.array.Array.get`` blocks anyway).
+  so this now changes only reads made elsewhere (``pyopencl.array.Array.get`` blocks anyway);
+* ``buildx``: program creation and ``clBuildProgram`` exclusive against every launch, copy, fill
+  and map (all of them under that lock): whether the driver faults when a build runs while other
+  threads queue work on the same context;
+* ``serial``: ``buildx`` and ``kernel`` together: no two threads in the driver at once, except
+  while waiting.
 
 Unset or empty: nothing changes (the baseline of a comparison).
 """
@@ -32,7 +37,9 @@ from pyrnn_cl import programs
 
 _LOCK = threading.RLock()
 _WHAT = {w.strip() for w in os.environ.get("THREAD_DIAG", "").split(",") if w.strip()}
-_KNOWN = {"build", "kernel", "reads"}
+_KNOWN = {"build", "kernel", "reads", "buildx", "serial"}
+if "serial" in _WHAT:
+    _WHAT |= {"buildx", "kernel"}
 if _WHAT - _KNOWN:
     raise SystemExit(f"THREAD_DIAG: unknown {sorted(_WHAT - _KNOWN)}; known: {sorted(_KNOWN)}")
 
@@ -45,8 +52,14 @@ def _locked(fn):
     return wrapper
 
 
-if "build" in _WHAT:
+if _WHAT & {"build", "buildx"}:
     programs._raw_build = _locked(programs._raw_build)
+if "buildx" in _WHAT:
+    programs._raw_from_source = _locked(programs._raw_from_source)
+    programs._raw_from_binary = _locked(programs._raw_from_binary)
+    for _name in ("enqueue_nd_range_kernel", "enqueue_copy", "enqueue_fill_buffer",
+                  "enqueue_map_buffer", "enqueue_marker"):
+        setattr(cl, _name, _locked(getattr(cl, _name)))
 if "kernel" in _WHAT:
     programs.Program.kernel = _locked(programs.Program.kernel)
     _set_args = programs.set_args
