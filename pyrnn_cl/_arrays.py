@@ -32,7 +32,7 @@ from . import _env
 from ._lifecycle import results_scope
 from .devices import Device, resolve_device
 from .errors import ShapeError, UnsupportedError
-from .programs import enqueue_on, get_program, set_args
+from .programs import driver_lock, enqueue_on, get_program, set_args
 from .sources import STORAGE_DTYPES, compute_dtype, dtype_code, storage_names
 
 
@@ -162,15 +162,19 @@ def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarra
         if not int(np.prod(shape)):
             host = np.zeros(shape, a.dtype)
         elif in_place and a.allocator is None:
-            host, _ = cl.enqueue_map_buffer(
-                queue, a.base_data,
-                cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
-                a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
+            with driver_lock:
+                host, _ = cl.enqueue_map_buffer(
+                    queue, a.base_data,
+                    cl.map_flags.READ | cl.map_flags.WRITE,  # type: ignore[arg-type]  # (| of the enum: int)
+                    a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
             pending = True
         else:
             host = np.empty(shape, a.dtype)
-            cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset + off * a.dtype.itemsize,
-                            is_blocking=True)
+            with driver_lock:       # (queued under the lock, waited for outside it)
+                copied = cl.enqueue_copy(queue, host, a.base_data,
+                                         src_offset=a.offset + off * a.dtype.itemsize,
+                                         is_blocking=False)
+            copied.wait()           # (with the GIL released; the event is done when dropped)
             pending = False
         outs.append(host)
     if wait and pending:
@@ -186,8 +190,26 @@ def _upload(queue, a: np.ndarray, dtype, results_read: bool) -> cla.Array:
     in a call that returns device arrays it waits (the caller may change that memory as soon
     as the op returns, while a result is still being computed)."""
     host = np.ascontiguousarray(a, dtype=dtype)
-    return cla.to_device(queue, host,
-                         async_=results_read or not np.may_share_memory(host, a))
+    with driver_lock:
+        out = cla.to_device(queue, host, async_=True)
+    if not (results_read or not np.may_share_memory(host, a)):
+        out.finish()
+    return out
+
+
+def to_host(a: cla.Array) -> np.ndarray:
+    """``a.get()``: the copy queued under :data:`~pyrnn_cl.programs.driver_lock` and waited
+    for outside it."""
+    queue = a.queue
+    if not a.flags.c_contiguous or not a.size or queue is None:
+        with driver_lock:
+            return a.get()
+    host = np.empty(a.shape, a.dtype)
+    with driver_lock:
+        copied = cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset,
+                                 wait_for=a.events, is_blocking=False)
+    copied.wait()
+    return host
 
 
 def temporary(device, shape, dtype) -> cla.Array:
@@ -262,7 +284,8 @@ def result_zeros(device, shape, dtype) -> cla.Array:
     """:func:`result_array`, filled with zeros."""
     if results_pooled(device):
         return fill(temporary(device, shape, dtype), 0)
-    return cla.zeros(device.queue, shape, dtype)
+    with driver_lock:
+        return cla.zeros(device.queue, shape, dtype)
 
 
 @contextlib.contextmanager
@@ -342,10 +365,12 @@ def fill(a: cla.Array, value) -> cla.Array:
     if a.size and a.flags.forc:
         pattern = np.full(1, value, dtype=a.dtype)
         # (an array with elements has a queue and a buffer; pyopencl types both optional)
-        a.add_event(cl.enqueue_fill_buffer(a.queue, a.base_data, pattern, a.offset,  # type: ignore[arg-type]
-                                           a.nbytes))
+        with driver_lock:
+            a.add_event(cl.enqueue_fill_buffer(a.queue, a.base_data, pattern, a.offset,  # type: ignore[arg-type]
+                                               a.nbytes))
     elif a.size:
-        a.fill(value)
+        with driver_lock:
+            a.fill(value)
     return a
 
 
@@ -359,7 +384,8 @@ def read_only_zeros(device, dtype, n) -> cla.Array:
     z = cache.get(dtype)
     if z is None or z.size < n:
         size = max(int(n), 2 * z.size if z is not None else 256)
-        z = cla.zeros(device.queue, (size,), dtype)
+        with driver_lock:
+            z = cla.zeros(device.queue, (size,), dtype)
         cache[dtype] = z
     return z
 
@@ -616,7 +642,9 @@ def _zero_offset(queue, a: cla.Array) -> cla.Array:
         return a
     b = cla.empty(queue, a.shape, a.dtype)
     if a.size:
-        cl.enqueue_copy(queue, b.base_data, a.base_data, src_offset=a.offset, byte_count=a.nbytes)
+        with driver_lock:
+            cl.enqueue_copy(queue, b.base_data, a.base_data, src_offset=a.offset,
+                            byte_count=a.nbytes)
     return b
 
 
@@ -807,7 +835,10 @@ class Call:
         if results_pooled(self.device) and a.size:
             host = np.ascontiguousarray(a, dtype=dtype)
             out = temporary(self.device, host.shape, host.dtype)
-            out.set(host, async_=self.numpy_out or not np.may_share_memory(host, a))
+            with driver_lock:
+                out.set(host, async_=True)
+            if not (self.numpy_out or not np.may_share_memory(host, a)):
+                out.finish()
             return out
         return _upload(self.queue, a, dtype, self.numpy_out)
 
@@ -815,7 +846,7 @@ class Call:
         """``a`` as a NumPy array (a device array is read back)."""
         if a is None:
             return None
-        return a.get(queue=self.queue) if isinstance(a, cla.Array) else np.asarray(a)
+        return to_host(a.with_queue(self.queue)) if isinstance(a, cla.Array) else np.asarray(a)
 
     def zeros(self, shape):
         self._check_alloc(shape)

@@ -62,6 +62,7 @@ from ._arrays import (
     narrow_many,
     sub_array,
     temporary,
+    to_host,
     widen_many,
     widen_runs,
 )
@@ -82,7 +83,7 @@ from .layout import (
     make_layout,
     swap01_strides,
 )
-from .programs import enqueue_on, get_program, set_args
+from .programs import driver_lock, enqueue_on, get_program, set_args
 from .sources import compute_dtype, dtype_code
 
 if TYPE_CHECKING:
@@ -153,8 +154,10 @@ def _copy(queue, dst, dst_off, src, src_off, count):
     if count <= 0:
         return
     isz = dst.dtype.itemsize
-    cl.enqueue_copy(queue, dst.base_data, src.base_data, byte_count=count * isz,
-                    src_offset=src.offset + src_off * isz, dst_offset=dst.offset + dst_off * isz)
+    with driver_lock:
+        cl.enqueue_copy(queue, dst.base_data, src.base_data, byte_count=count * isz,
+                        src_offset=src.offset + src_off * isz,
+                        dst_offset=dst.offset + dst_off * isz)
 
 
 @entry_point
@@ -187,7 +190,7 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
     if isinstance(named[0][1], np.ndarray):
         params = np.empty(lay.size, dtype)
         for _, a, off, _shape in named:
-            host = a.get() if isinstance(a, cla.Array) else a
+            host = to_host(a) if isinstance(a, cla.Array) else a
             params[off:off + host.size] = np.asarray(host).reshape(-1)
         return params
     call = Call({n: a for n, a, _, _ in named}, device)
@@ -266,7 +269,7 @@ def cudnn_dropout_mask(shape: Sequence[int], layer: int, dropout: float, *, seed
     ones = fill(temporary(dev, (T, N, W), dt), 1)      # (read back below: from the pool)
     _dropout(dev, dt, ones, ones, T, N, W, layer, p, check_int("seed", seed),
              check_int("seed2", seed2))
-    return ones.get().astype(storage)
+    return to_host(ones).astype(storage)
 
 
 def _check_ignored(name, a, mode) -> None:
@@ -672,8 +675,9 @@ def _zero_gaps(queue, reserve, parts):
     isz, pos = reserve.dtype.itemsize, 0
     for off, size in sorted(v for layer in parts for v in layer.values()):
         if off > pos:
-            cl.enqueue_fill_buffer(queue, reserve.base_data, np.zeros(1, reserve.dtype),
-                                   reserve.offset + pos * isz, (off - pos) * isz)
+            with driver_lock:
+                cl.enqueue_fill_buffer(queue, reserve.base_data, np.zeros(1, reserve.dtype),
+                                       reserve.offset + pos * isz, (off - pos) * isz)
         pos = off + size
 
 
@@ -713,7 +717,7 @@ def _check_host_reserved(net, host_reserved, reserve_space):
     if isinstance(host_reserved, cla.Array):
         known = _known_signature(host_reserved)
         host = (np.frombuffer(known, np.int8) if known is not None
-                else host_reserved.get())
+                else to_host(host_reserved))
     else:
         host = host_reserved
     host = np.asarray(host)

@@ -44,6 +44,7 @@ from ._types import Array, DeviceArg
 from .cells import PEEP_MPS, CellSpec, activation_code, cell_kind
 from .engine import Recurrence, StateView
 from .errors import ShapeError
+from .programs import driver_lock
 
 __all__ = ["SingleGateRNNDescriptor", "LSTMDescriptor", "GRUDescriptor", "RNNLayerDescriptor",
            "single_gate_rnn", "single_gate_rnn_gradients", "lstm", "lstm_gradients", "gru",
@@ -270,7 +271,8 @@ class _Layer:
         if self.W is not None:
             return engine.input_projection(q.device, q.dtype, self.x, rows, self.I, self.W, width,
                                            self.b).reshape((self.T, self.N, width))
-        gx = self.x.copy()          # the engine overwrites gx with the saved gates
+        with driver_lock:
+            gx = self.x.copy()      # the engine overwrites gx with the saved gates
         if self.b is not None:
             engine.add_rows(q.device, q.dtype, gx, rows, width, self.b)
         return gx

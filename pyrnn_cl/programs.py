@@ -89,28 +89,31 @@ class CacheWarning(UserWarning):
 
 
 def _raw_from_source(context, source: str):
-    raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
-    if raw_cls is not None:
-        return raw_cls(context, source)
-    return cl.Program(context, source)._get_prg()  # pragma: no cover - old/new pyopencl
+    with driver_lock:
+        raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
+        if raw_cls is not None:
+            return raw_cls(context, source)
+        return cl.Program(context, source)._get_prg()  # pragma: no cover - old/new pyopencl
 
 
 def _raw_from_binary(context, cl_device, binary: bytes):
-    raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
-    if raw_cls is not None:
-        return raw_cls(context, [cl_device], [binary])
-    return cl.Program(context, [cl_device], [binary])._get_prg()  # pragma: no cover
+    with driver_lock:
+        raw_cls = getattr(getattr(cl, "_cl", None), "_Program", None)
+        if raw_cls is not None:
+            return raw_cls(context, [cl_device], [binary])
+        return cl.Program(context, [cl_device], [binary])._get_prg()  # pragma: no cover
 
 
 def _raw_build(raw, options: Sequence[str], cl_device) -> None:
     """clBuildProgram; raises ``cl.Error`` on failure."""
-    options_bytes = " ".join(options).encode()
-    if hasattr(raw, "_build"):
-        raw._build(options=options_bytes, devices=[cl_device])
-    else:  # pragma: no cover - pyopencl without the private entry point
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw.build(options_bytes, [cl_device])
+    with driver_lock:
+        options_bytes = " ".join(options).encode()
+        if hasattr(raw, "_build"):
+            raw._build(options=options_bytes, devices=[cl_device])
+        else:  # pragma: no cover - pyopencl without the private entry point
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                raw.build(options_bytes, [cl_device])
 
 
 def _build_log(raw, cl_device) -> str:
@@ -150,6 +153,15 @@ _stats: Counter = Counter()
 _stats_lock = threading.Lock()
 _launches = 0
 _launch_lock = threading.Lock()
+
+#: Held across each program's creation and ``clBuildProgram``, and across each command pyrnn_cl
+#: queues (launches, copies, fills, maps), never across a wait for the device: no command is
+#: queued while a program builds. On NVIDIA's OpenCL a process whose threads queued commands
+#: while another thread built a program crashed in a thread of the driver (the thread test run
+#: beside the suite on an H200: 5 of 12 runs crashed; with builds exclusive against queueing,
+#: 0 of 38; docs/platforms.md). Uncontended it costs a fraction of a microsecond per command;
+#: the GIL already keeps two threads from queueing at once (pyopencl holds it while queueing).
+driver_lock = threading.RLock()
 
 
 def _count(event: str) -> None:
@@ -379,8 +391,12 @@ class Program:
     @functools.cached_property
     def kernel_names(self) -> list[str]:
         """Names of the kernels in this program (asked once: a built program's kernels do
-        not change, and layers look at them on every call)."""
+        not change, and layers look at them on every call). The count is asked first: on
+        NVIDIA's OpenCL, asking a program without kernels for their names crashes the process
+        (a backward's helper part of ``cl/recurrence.cl`` has none)."""
         try:
+            if not self.cl_program.get_info(cl.program_info.NUM_KERNELS):
+                return []
             names = self.cl_program.get_info(cl.program_info.KERNEL_NAMES)
         except cl.Error:
             return []
@@ -747,8 +763,9 @@ def _launch(queue, kernel, global_size, local_size, wait_for=None):
     """The driver's launch of checked sizes, counted; a failure names the kernel and sizes."""
     global _launches
     try:
-        event = cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size,
-                                           wait_for=wait_for)
+        with driver_lock:
+            event = cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size,
+                                               wait_for=wait_for)
     except cl.Error as exc:
         try:
             kernel_name = kernel.function_name
@@ -773,7 +790,8 @@ def enqueue(queue, kernel, global_size, local_size=None, *, wait_for=None):
     """
     global_size, local_size = _checked_sizes(global_size, local_size)
     if 0 in global_size:
-        return cl.enqueue_marker(queue, wait_for=wait_for)
+        with driver_lock:
+            return cl.enqueue_marker(queue, wait_for=wait_for)
     return _launch(queue, kernel, global_size, local_size, wait_for)
 
 

@@ -135,6 +135,7 @@ from ._types import DeviceArg
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError, UnsupportedError
 from .layout import HOST_RESERVED_SIZE, make_layout
+from .programs import driver_lock
 
 __all__ = ["RNN", "LSTM", "GRU"]
 
@@ -244,7 +245,8 @@ def _upload(dev, t: Optional[Tensor]):
         # holds ``a`` only as long as the buffer object lives, not until the device is done)
         return wrap_host(dev.queue, a)
     out = temporary(dev, a.shape, a.dtype)
-    out.set(a, async_=True)
+    with driver_lock:
+        out.set(a, async_=True)
     return out
 
 
@@ -260,7 +262,8 @@ def _zeros_on(dev, dkey, t: Tensor):
     key = (dkey, a.shape, a.dtype)
     z = _ZEROS.get(key)
     if z is None:
-        z = cla.zeros(dev.queue, a.shape, a.dtype)
+        with driver_lock:
+            z = cla.zeros(dev.queue, a.shape, a.dtype)
         with _LOCK:
             if len(_ZEROS) >= 16:
                 _ZEROS.clear()
@@ -361,7 +364,9 @@ def _device_params(dev, dkey, slots, size, params, check_values=True):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
     entry.host, entry.versions = _numpy(flat), versions
-    entry.array = cla.to_device(dev.queue, entry.host)
+    with driver_lock:
+        entry.array = cla.to_device(dev.queue, entry.host, async_=True)
+    entry.array.finish()
     isz = entry.host.dtype.itemsize
     entry.runs = [(p.data_ptr(), entry.host.ctypes.data + off * isz, n * isz)
                   if p.is_contiguous() else None for (off, n), p in zip(slots, params)]

@@ -654,9 +654,10 @@ def test_device_host_reserved_checked_without_a_read(device, monkeypatch):
     np.testing.assert_array_equal(
         out[4].get(), rc.cudnn_rnn(host_x, host_h0, None, host_params, **kw)[4])
     reads = []
-    real_get = cla.Array.get
-    monkeypatch.setattr(cla.Array, "get", lambda self, *a, **k: (reads.append(self.dtype),
-                                                                 real_get(self, *a, **k))[1])
+    cudnn_module = importlib.import_module("pyrnn_cl.cudnn")
+    real_read = cudnn_module.to_host
+    monkeypatch.setattr(cudnn_module, "to_host", lambda a: (reads.append(a.dtype),
+                                                            real_read(a))[1])
     rc.cudnn_rnn_backprop(x, h0, None, params, None, *out[:3], *out[:2], None, *out[3:], **kw)
     assert np.dtype(np.int8) not in reads
     foreign = cla.to_device(device.queue, np.zeros(out[4].shape, np.int8))

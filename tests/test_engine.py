@@ -27,7 +27,7 @@ import pytest
 import pyrnn_cl as rc
 from helpers import shapes as S
 from helpers.compare import F32, F64, assert_close
-from helpers.device import PER_STEP, WHOLE_SEQUENCE, needs_fp64, override_tuning
+from helpers.device import ONE_LANE, PER_STEP, WHOLE_SEQUENCE, needs_fp64, override_tuning
 from helpers.mps import check_against_reference, desc_of, grad_names, gru_flags, ref_gradients
 from pyrnn_cl import engine, plan
 from pyrnn_cl.cells import ACTIVATIONS, PEEP_MPS, CellSpec
@@ -87,7 +87,7 @@ def test_default_vector_widths_float32(device, monkeypatch, cell, H, N):
 TAIL_LAUNCHES = {
     "whole-sequence": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=1),
     "whole-sequence-groups": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=0),
-    "per-step": dict(PER_STEP),
+    "per-step": dict(PER_STEP, **ONE_LANE),
     "per-step-split": dict(PER_STEP, REC_KS=4),
 }
 
@@ -473,7 +473,8 @@ def test_a_layer_builds_only_the_parts_it_runs(device, monkeypatch, launch, at_l
     their first launch (``compiles_kernels_at_launch``: PoCL) gets one program per direction,
     as each build costs a front end there (either profile value on any device: the programs
     built are what is checked)."""
-    kinds = {"whole-sequence": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=1), "per-step": dict(PER_STEP),
+    kinds = {"whole-sequence": dict(WHOLE_SEQUENCE, REC_SEQ_LOOP=1),
+             "per-step": dict(PER_STEP, **ONE_LANE),
              "per-step-split": dict(PER_STEP, REC_KS=4)}
     override_tuning(device, monkeypatch, REC_VW=4, REC_NB=2, **kinds[launch])
     monkeypatch.setattr(device.profile, "compiles_kernels_at_launch", at_launch)
@@ -527,6 +528,9 @@ def test_kernel_parts_match_the_source(device, cell):
         for part in (1, 2, 3):
             assert kernels(defines, part) == {k for k in whole
                                               if engine.KERNEL_PARTS[k] == part}, part
+    # a backward's helper part holds no kernel: a program without kernels says so (asking one
+    # for its kernels' names crashed the process on NVIDIA's OpenCL)
+    assert kernels(dict(defines, BWD_PROGRAM=1), 3) == set()
 
 
 # =================================================================================================

@@ -181,3 +181,72 @@ def test_other_threads_run_python_while_results_are_read(device):
     assert waited > 0.1, f"the read waited {waited:.3f} s: too little device work to tell"
     assert gaps.max() < waited / 2, \
         f"no Python ran for {gaps.max():.3f} s of the read's {waited:.3f} s wait"
+
+
+#: the pyopencl calls that queue commands, as pyrnn_cl and pyopencl.array call them
+_QUEUEING = ("enqueue_nd_range_kernel", "enqueue_copy", "enqueue_fill_buffer",
+             "enqueue_map_buffer", "enqueue_marker")
+
+
+def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
+    """No command is queued while another thread builds a program: every launch, copy, fill and
+    map of each dialect's forward and gradients (the four ops of the thread test, with NumPy
+    arguments and with device arrays) is queued holding ``programs.driver_lock``, which each
+    build holds too (NVIDIA's OpenCL crashed in a thread of the driver when one thread built a
+    program while others queued commands; docs/platforms.md)."""
+    unlocked, seen = [], []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            seen.append(name)
+            if not programs.driver_lock._is_owned():
+                import traceback
+                unlocked.append((name, traceback.format_stack(limit=4)[0]))
+            return real(*args, **kwargs)
+        return call
+
+    rng = np.random.default_rng(1)
+    xd, Rd, Wd, xd2 = (cla.to_device(device.queue, _r(rng, *s))
+                       for s in ((T, N, I), (4 * H, H), (4 * H, I), (T, N, I)))
+    device.queue.finish()
+    for name in _QUEUEING:
+        monkeypatch.setattr(cl, name, spy(name, getattr(cl, name)))
+    raw_program = getattr(getattr(cl, "_cl", None), "_Program", None)
+    if raw_program is not None and hasattr(raw_program, "_build"):   # (clBuildProgram)
+        monkeypatch.setattr(raw_program, "_build", spy("build", raw_program._build))
+    programs.clear_memo()                 # (builds too: they take the lock themselves)
+    for op in OPS:
+        op(device)
+    desc = rc.LSTMDescriptor(training=True)
+    y, cs, z = rc.lstm(xd, Rd, Wd, descriptor=desc, device=device)
+    rc.lstm_gradients(xd2, Rd, y, z, cs, Wd, descriptor=desc, device=device)
+    device.queue.finish()
+    assert {"enqueue_nd_range_kernel", "enqueue_copy"} <= set(seen), sorted(set(seen))
+    assert raw_program is None or "build" in seen, "no build seen: the spy missed them"
+    assert not unlocked, unlocked[:5]
+
+
+def test_a_launch_waits_for_the_driver_lock(device):
+    """While one thread holds ``programs.driver_lock`` (as a build does), another thread's kernel
+    launch waits for it."""
+    from pyrnn_cl.programs import enqueue, get_program
+    from pyrnn_cl.sources import dtype_code
+
+    knl = get_program(device, "util.cl", {"PYRNN_DTYPE": dtype_code(np.float32),
+                                          "REC_VW": 1}).kernel("pyrnn_mul")
+    y = cla.zeros(device.queue, 8, np.float32)
+    knl.set_args(y.base_data, y.base_data, y.base_data)
+    device.queue.finish()
+    done = threading.Event()
+
+    def work():
+        enqueue(device.queue, knl, (8,))
+        done.set()
+
+    with programs.driver_lock:
+        worker = threading.Thread(target=work)
+        worker.start()
+        assert not done.wait(0.3), "the launch did not wait for the driver lock"
+    worker.join(timeout=120)
+    assert done.is_set()
+    device.queue.finish()
