@@ -25,6 +25,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -248,6 +249,41 @@ def test_exit_with_daemon_threads_in_ops(device, tmp_path):
     runtime; with it, 0 of 65 on each)."""
     for _ in range(3):
         _result(_run(_DAEMONS_AT_EXIT, device, tmp_path))
+
+_QUEUED_AT_EXIT = _PROBLEM + textwrap.dedent("""
+    import atexit, json
+    import pyopencl as cl
+
+    seen = {}
+
+    def after_pyrnn_cl():                        # (atexit: registered first, runs last)
+        seen["status"] = marker.command_execution_status
+        print(json.dumps(seen))
+
+    atexit.register(after_pyrnn_cl)
+    import pyopencl.array as cla
+    import pyrnn_cl as rc
+    from pyrnn_cl.devices import get_device
+
+    dev = get_device()
+    T = 20000
+    xd = cla.to_device(dev.queue, np.resize(x, (T, N, I)))
+    rc.lstm(xd, R, W)                            # (built, then queued again below)
+    dev.queue.finish()
+    rc.lstm(xd, R, W)                            # device arrays: returns with its work queued
+    marker = cl.enqueue_marker(dev.queue)
+    seen["queued"] = marker.command_execution_status
+""")
+
+
+def test_exit_finishes_the_queued_commands(device, tmp_path):
+    """The exit hook, once the ops have ended, waits for the commands still queued on the
+    devices pyrnn_cl chose, so that none is running when the runtime tears itself down after
+    the interpreter: a marker queued behind a long device-array op, still pending when the
+    script ends, is complete when later exit hooks run."""
+    out = _result(_run(_QUEUED_AT_EXIT, device, tmp_path))
+    assert out["queued"] != cl.command_execution_status.COMPLETE, out   # (the op was long)
+    assert out["status"] == cl.command_execution_status.COMPLETE, out
 
 # }}}
 

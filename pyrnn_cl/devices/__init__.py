@@ -415,6 +415,21 @@ def _info_for(cl_device) -> DeviceInfo:
         return info
 
 
+def _finish_queues() -> None:
+    """Wait for every command queued on the devices chosen so far (the exit hook's last step,
+    :func:`pyrnn_cl._lifecycle.after_drain`)."""
+    with _LOCK:
+        devices = {id(d): d for d in [*_by_spec.values(), *_by_cl_device.values(), *_default]}
+    for device in devices.values():
+        try:
+            device.queue.finish()
+        except Exception:  # noqa: BLE001, S110 - the process is exiting; the others still
+            pass
+
+
+_lifecycle.after_drain(_finish_queues)
+
+
 def clear_cache() -> None:
     """Forget every memoized device and the default (tests; after installing a driver)."""
     with _LOCK:
