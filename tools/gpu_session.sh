@@ -16,7 +16,8 @@
 # SCRIPT="tools/bridge_prepare_ab.py lstm:256x256x32x50 lstm:128x64x8x100" for the torch
 # bridge with and without its prepared backward, not yet measured on a GPU), threadload
 # (tests/test_threads.py again and again while the suite runs beside it: the load under which
-# it crashed on NVIDIA; THREADLOAD_RUNS, THREADLOAD_VARIANTS, THREADLOAD_TIMEOUT), cmd (any shell
+# it crashed on NVIDIA; THREADLOAD_RUNS, THREADLOAD_VARIANTS: words, "none" for the library as
+# it is, e.g. "none buildx", THREADLOAD_TIMEOUT), cmd (any shell
 # command: CMD="...", CMD_TIMEOUT, 500 s). A tuning entry in
 # .gpu/tuning/ (carried) is installed first.
 # Environment: TEST_ARGS (pytest paths and arguments, default tests), TEST_MARK ("not slow"),

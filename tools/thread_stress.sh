@@ -7,8 +7,9 @@
 #
 #   bash tools/thread_stress.sh [--beside-suite] [RUNS] [VARIANT ...]
 #
-# RUNS: runs per variant (default 10), the variants taking turns run by run; VARIANT: "" = none,
-# build, kernel, reads, or comma lists (default: "" build kernel reads).
+# RUNS: runs per variant (default 10), the variants taking turns run by run; VARIANT: "" or none
+# (the library as it is), build, kernel, reads, buildx, serial, or comma lists (default: "" build
+# kernel reads).
 # --beside-suite: the load is the test suite (not slow, tests/test_threads.py left out, on the
 # device of PYRNN_CL_TEST) in the background, and the runs stop when it ends; otherwise LOAD
 # busy processes (default: the number of CPUs).
@@ -43,7 +44,7 @@ for i in $(seq "$runs"); do
   for v in "${variants[@]}"; do
     [ $beside = 1 ] && ! kill -0 "$suite" 2>/dev/null && break 2
     [ "${CLEAR_CACHE:-0}" = 1 ] && rm -rf ~/.cache/pytools
-    out=$(THREAD_DIAG="$v" timeout 180 python3 -X faulthandler -m pytest -q -p no:cacheprovider \
+    out=$(THREAD_DIAG="${v#none}" timeout 180 python3 -X faulthandler -m pytest -q -p no:cacheprovider \
           -p no:xdist -p thread_diag tests/test_threads.py 2>&1); rc=$?
     k=${v:-none}; done_[$k]=$(( ${done_[$k]:-0} + 1 ))
     if grep -q "Fatal Python error" <<<"$out" || [ $rc -ge 124 ]; then
