@@ -197,13 +197,13 @@ def _upload(queue, a: np.ndarray, dtype, results_read: bool) -> cla.Array:
     return out
 
 
-def to_host(a: cla.Array) -> np.ndarray:
-    """``a.get()``: the copy queued under :data:`~pyrnn_cl.programs.driver_lock` and waited
-    for outside it."""
-    queue = a.queue
+def to_host(a: cla.Array, queue=None) -> np.ndarray:
+    """``a.get(queue)``: the copy queued under :data:`~pyrnn_cl.programs.driver_lock` (after
+    ``a``'s events) and waited for outside it."""
+    queue = queue or a.queue
     if not a.flags.c_contiguous or not a.size or queue is None:
         with driver_lock:
-            return a.get()
+            return a.get(queue=queue)
     host = np.empty(a.shape, a.dtype)
     with driver_lock:
         copied = cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset,
@@ -846,7 +846,7 @@ class Call:
         """``a`` as a NumPy array (a device array is read back)."""
         if a is None:
             return None
-        return to_host(a.with_queue(self.queue)) if isinstance(a, cla.Array) else np.asarray(a)
+        return to_host(a, self.queue) if isinstance(a, cla.Array) else np.asarray(a)
 
     def zeros(self, shape):
         self._check_alloc(shape)
