@@ -11,6 +11,7 @@ aborts when several host threads enqueue at once, so its run leaves these out.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 
@@ -191,9 +192,10 @@ _QUEUEING = ("enqueue_nd_range_kernel", "enqueue_copy", "enqueue_fill_buffer",
 def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
     """No command is queued while another thread builds a program: every launch, copy, fill and
     map of each dialect's forward and gradients (the four ops of the thread test, with NumPy
-    arguments and with device arrays) is queued holding ``programs.driver_lock``, which each
-    build holds too (NVIDIA's OpenCL crashed in a thread of the driver when one thread built a
-    program while others queued commands; docs/platforms.md)."""
+    arguments and with device arrays, and the torch bridge's modules) is queued holding
+    ``programs.driver_lock``, which each build holds too (NVIDIA's OpenCL crashed in a thread of
+    the driver when one thread built a program while others queued commands;
+    docs/platforms.md)."""
     unlocked, seen = [], []
 
     def spy(name, real):
@@ -220,6 +222,18 @@ def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
     desc = rc.LSTMDescriptor(training=True)
     y, cs, z = rc.lstm(xd, Rd, Wd, descriptor=desc, device=device)
     rc.lstm_gradients(xd2, Rd, y, z, cs, Wd, descriptor=desc, device=device)
+    if importlib.util.find_spec("torch") is not None:     # the torch bridge's own commands
+        import torch
+
+        import pyrnn_cl.torch as rt
+
+        for module in (rt.LSTM(I, H, num_layers=2, bidirectional=True, cl_device=device),
+                       rt.GRU(I, H, batch_first=True, cl_device=device)):
+            xt = torch.randn(T, N, I, requires_grad=True)
+            h0 = torch.randn(module.num_layers * (1 + module.bidirectional), T, H,
+                             requires_grad=True)
+            out = module(xt, h0 if isinstance(module, rt.GRU) else None)[0]
+            out.square().sum().backward()
     device.queue.finish()
     assert {"enqueue_nd_range_kernel", "enqueue_copy"} <= set(seen), sorted(set(seen))
     assert raw_program is None or "build" in seen, "no build seen: the spy missed them"
