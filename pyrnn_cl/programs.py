@@ -159,8 +159,9 @@ _launch_lock = threading.Lock()
 #: queued while a program builds. On NVIDIA's OpenCL a process whose threads queued commands
 #: while another thread built a program crashed in a thread of the driver (the thread test run
 #: beside the suite on an H200: 5 of 12 runs crashed; with builds exclusive against queueing,
-#: 0 of 38; docs/platforms.md). Uncontended it costs a fraction of a microsecond per command;
-#: the GIL already keeps two threads from queueing at once (pyopencl holds it while queueing).
+#: 0 of 19, and 0 of 19 with every driver call serialised; docs/platforms.md). Uncontended it
+#: costs a fraction of a microsecond per command; contended, other threads' commands wait while
+#: a program builds (once per program and process).
 driver_lock = threading.RLock()
 
 
