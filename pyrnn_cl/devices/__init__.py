@@ -418,8 +418,12 @@ def _info_for(cl_device) -> DeviceInfo:
 def _finish_queues() -> None:
     """Wait for every command queued on the devices chosen so far (the exit hook's last step,
     :func:`pyrnn_cl._lifecycle.after_drain`)."""
-    with _LOCK:
+    if not _LOCK.acquire(timeout=5.0):   # (an op still running past the exit hook's wait)
+        return
+    try:
         devices = {id(d): d for d in [*_by_spec.values(), *_by_cl_device.values(), *_default]}
+    finally:
+        _LOCK.release()
     for device in devices.values():
         try:
             device.queue.finish()
