@@ -165,6 +165,11 @@ def test_run_bench_structure(device):
     for cfg in TINY:
         assert cfg.name in table
     json.dumps(result)     # JSON-ready
+    # an SGEMM median far below its best is reported as a busy host, a steady one is not
+    best = result["numpy_sgemm_1024_gflops"]["max"]
+    for median, busy in ((0.5 * best, True), (0.95 * best, False)):
+        result["numpy_sgemm_1024_gflops"]["median"] = median
+        assert ("the host was busy" in bench.format_table(result)) == busy, median
 
 
 def test_run_bench_host_inputs(device, monkeypatch):

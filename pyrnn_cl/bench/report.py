@@ -20,6 +20,19 @@ def _mib(b):
     return f"{b / 2**20:.1f}"
 
 
+#: A NumPy SGEMM median below this fraction of its best says that something else ran on the
+#: host while the bench measured it (an H200 host's 113 GFLOP/s median against a best of 907).
+BUSY_SGEMM_FRACTION = 0.75
+
+
+def _busy_note(sgemm: dict) -> str:
+    """A warning for the SGEMM line where its median is far below its best, else ''."""
+    if sgemm["max"] and sgemm["median"] < BUSY_SGEMM_FRACTION * sgemm["max"]:
+        return (f" - the host was busy (median {sgemm['median'] / sgemm['max']:.0%} of best): "
+                "this run's times are not reliable")
+    return ""
+
+
 def format_table(result: dict) -> str:
     """The results as Markdown: a header, the timing table, the memory table, the summary."""
     m = result["machine"]
@@ -33,7 +46,7 @@ def format_table(result: dict) -> str:
         f"torch {m['torch'] or 'not installed'}",
         "Tuning: " + "; ".join(f"{f} {t['source']}" for f, t in m["tuning"].items()),
         f"NumPy SGEMM 1024^3 ({m['threads']} threads): {s['median']:.1f} GFLOP/s median, "
-        f"{s['max']:.1f} best",
+        f"{s['max']:.1f} best" + _busy_note(s),
         f"FLOPs: {result['flop_convention']}.",
         f"Timing: {result['timing']}; {result['repeat']} repetitions after {result['warmup']} "
         f"warm-up calls; PyTorch on {result.get('torch_device', 'cpu')}; our inputs: "
