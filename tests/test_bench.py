@@ -11,6 +11,7 @@ import json
 import math
 import os
 import statistics
+import sys
 
 import numpy as np
 import pytest
@@ -261,6 +262,28 @@ def test_run_bench_bridge(device, monkeypatch):
         want = torch.autograd.grad(ref.mod(xr)[0], [xr, *ref.params], ref.dy)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_run_bench_bridge_without_timing_torch(device, monkeypatch):
+    """``bridge`` with PyTorch not timed (``--bridge --no-torch``) still times the bridge, its
+    weights from an untimed CPU torch.nn module: no torch turn runs and no torch ratio is
+    reported. Without torch installed, ``bridge`` raises an ImportError naming it (before, the
+    column was left out without a word)."""
+    pytest.importorskip("torch")
+    turns = []
+    for cls, side in ((bench._Bridge, "bridge"), (bench._Torch, "torch")):
+        method = cls.run_fwd_bwd
+        monkeypatch.setattr(cls, "run_fwd_bwd",
+                            lambda self, m=method, s=side: (turns.append(s), m(self))[1])
+    result = bench.run_bench([TINY[0]], device=device, repeat=2, warmup=0, threads=1,
+                             bridge=True, compare_torch=False)
+    entry, = result["configs"]
+    assert entry["ratio_bridge_fwd_bwd"] > 0 and entry["torch"] is None, entry
+    assert "bridge" in turns and "torch" not in turns, turns
+    monkeypatch.setitem(sys.modules, "torch", None)            # (import torch fails)
+    with pytest.raises(ImportError, match="bridge.*PyTorch"):
+        bench.run_bench([TINY[0]], device=device, repeat=1, warmup=0, bridge=True,
+                        compare_torch=False)
 
 
 def test_paired_ratio_is_the_median_of_ratios_within_rounds():

@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bridge", action="store_true",
                    help="also time forward+backward through pyrnn_cl.torch against the same "
                         "cuDNN-dialect calls on device arrays (the bridge's overhead); our side "
-                        "then uses the cuDNN dialect for every configuration")
+                        "then uses the cuDNN dialect for every configuration. Needs torch; "
+                        "works with --no-torch and with --torch-device cuda too")
     p.add_argument("--dtype", default="float32",
                    help="storage dtype of our ops' arrays: float32 (default), float16, or "
                         "bfloat16 where ml_dtypes is installed (PyTorch runs float32)")

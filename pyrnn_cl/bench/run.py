@@ -37,10 +37,11 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     where PyTorch runs (``"cuda"``: cuDNN on an NVIDIA GPU, for the GPU tier).
     ``host_inputs``: our ops get NumPy arrays (inputs, weights, states), as in a user's first
     call, so every host-device transfer is timed; default: arrays already on the device.
-    ``bridge``: also time forward+backward through ``pyrnn_cl.torch`` (needs torch; PyTorch on
-    the CPU), against our side run with the cuDNN dialect for every configuration (what the
-    bridge calls), the bridge's turns right after ours: ``ratio_bridge_fwd_bwd`` is the median
-    over those pairs of turns of our time / the bridge's (1.0: no overhead).
+    ``bridge``: also time forward+backward through ``pyrnn_cl.torch`` (needs torch, whether
+    PyTorch is timed or not, on the CPU or on CUDA), against our side run with the cuDNN
+    dialect for every configuration (what the bridge calls), the bridge's turns right after
+    ours: ``ratio_bridge_fwd_bwd`` is the median over those pairs of turns of our time / the
+    bridge's (1.0: no overhead).
     ``dtype``: the storage dtype of our ops' arrays (``"float32"``, ``"float16"``,
     ``"bfloat16"`` where ml_dtypes is installed; ``sources.STORAGE_DTYPES``); PyTorch always
     runs float32, so the ratios of a 16-bit run compare it with PyTorch's float32. A 16-bit run
@@ -64,11 +65,14 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     threads = int(threads)
     blas_set = _openblas_set_threads(threads)
     torch_mod: Any = None
-    if compare_torch:
+    if compare_torch or bridge:
         try:
             import torch
             torch_mod = torch
-        except ImportError:
+        except ImportError as exc:
+            if bridge:
+                raise ImportError(f"bridge: timing pyrnn_cl.torch needs PyTorch ({exc}): pip "
+                                  'install "pyrnn_cl[torch]"', name="torch") from exc
             torch_mod = None
     if torch_mod is not None:
         torch_mod.set_num_threads(threads)
@@ -96,7 +100,8 @@ def run_bench(configs=None, *, device=None, repeat: int = 5, warmup: int = 2,
     try:
         for cfg in cfgs:
             bar.start(cfg.name)
-            result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads, torch_mod,
+            result["configs"].append(_bench_one(cfg, dev, repeat, warmup, threads,
+                                                torch_mod if compare_torch else None,
                                                 check, sgemm["median"], have_cudnn, use_cudnn,
                                                 block, torch_device, host_inputs,
                                                 storage, bridge))
@@ -148,9 +153,12 @@ def _bench_one(cfg, dev, repeat, warmup, threads, torch_mod, check, sgemm, have_
             entry["max_abs_diff_vs_torch"] = float(np.max(np.abs(y_ours - tm.forward_output())))
         # Alternating turns: the machine may be shared, so both sides see the same load.
         fns = {"fwd": ours.run_forward, "fwd_bwd": ours.run_fwd_bwd}
-        if bridge and tm is not None and not tm.cuda:
-            # (its turns right after our forward+backward's: the ratio pairs them)
-            fns.update(bridge_fwd_bwd=_Bridge(cfg, tm, dev, dtype).run_fwd_bwd)
+        if bridge:
+            # (its turns right after our forward+backward's: the ratio pairs them; its weights
+            # from a CPU torch.nn module, the timed one where PyTorch is timed on the CPU)
+            reference = (tm if tm is not None and not tm.cuda
+                         else _Torch(cfg, weights, x, dy, threads, "cpu"))
+            fns.update(bridge_fwd_bwd=_Bridge(cfg, reference, dev, dtype).run_fwd_bwd)
         if tm is not None:
             fns.update(torch_fwd=tm.run_forward, torch_fwd_bwd=tm.run_fwd_bwd)
         if np.dtype(dtype).itemsize == 2:      # 16-bit storage: float32 in the same turns
