@@ -22,7 +22,8 @@
 # .gpu/tuning/ (carried) is installed first.
 # Environment: TEST_ARGS (pytest paths and arguments, default tests), TEST_MARK ("not slow"),
 # TEST_WORKERS (8),
-# TEST_TIMEOUT (420 s); BENCH_CONFIGS (comma list, default the tier), BENCH_TIMEOUT (540 s);
+# TEST_TIMEOUT (420 s); BENCH_CONFIGS (comma list, default the tier), BENCH_TIMEOUT (540 s),
+# BENCH_ARGS (more `pyrnn-cl bench` arguments, e.g. "--bridge": the torch bridge beside cuDNN);
 # TUNE_BUDGET (240 s), TUNE_SLACK (120 s over the budget), TUNE_CONFIGS; TIMES_SHAPES;
 # SCRIPT, SCRIPT_TIMEOUT (500 s); TAIL (log lines echoed per stage, 25); LIMIT_<stage> (seconds,
 # any stage's time limit, so that a session sizes its stages to its device time).
@@ -74,8 +75,9 @@ for s in "$@"; do
       PYRNN_CL_TEST=nvidia stage tests "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider \
         ${TEST_ARGS:-tests} -m "${TEST_MARK:-not slow}" -n "${TEST_WORKERS:-8}" --maxfail=50 ;;
     bench)
+      # shellcheck disable=SC2086
       stage bench "${BENCH_TIMEOUT:-540}" python3 -m pyrnn_cl bench --tier gpu --torch-device cuda --no-progress \
-        ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/bench.json" ;;
+        ${BENCH_CONFIGS:+--configs $BENCH_CONFIGS} --repeat 5 --json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
     quick)
       stage quick 150 python3 -m pyrnn_cl bench --torch-device cuda --no-progress \
         --configs gpu-lstm-512x16,gpu-lstm-1024x32,gpu-gru-512x32 --json "$OUT/quick.json" ;;
