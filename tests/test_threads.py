@@ -189,13 +189,10 @@ _QUEUEING = ("enqueue_nd_range_kernel", "enqueue_copy", "enqueue_fill_buffer",
              "enqueue_map_buffer", "enqueue_marker")
 
 
-def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
-    """No command is queued while another thread builds a program: every launch, copy, fill and
-    map of each dialect's forward and gradients (the four ops of the thread test, with NumPy
-    arguments and with device arrays, and the torch bridge's modules) is queued holding
-    ``programs.driver_lock``, which each build holds too (NVIDIA's OpenCL crashed in a thread of
-    the driver when one thread built a program while others queued commands;
-    docs/platforms.md)."""
+def _lock_spy(monkeypatch):
+    """Spies on every queueing call and on ``clBuildProgram``: returns ``(seen, unlocked,
+    raw_program)``, the names of the calls made and those made without holding
+    ``programs.driver_lock`` (with where from)."""
     unlocked, seen = [], []
 
     def spy(name, real):
@@ -203,19 +200,30 @@ def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
             seen.append(name)
             if not programs.driver_lock._is_owned():
                 import traceback
-                unlocked.append((name, traceback.format_stack(limit=4)[0]))
+                unlocked.append((name, "".join(traceback.format_stack(limit=6)[:-1])))
             return real(*args, **kwargs)
         return call
 
-    rng = np.random.default_rng(1)
-    xd, Rd, Wd, xd2 = (cla.to_device(device.queue, _r(rng, *s))
-                       for s in ((T, N, I), (4 * H, H), (4 * H, I), (T, N, I)))
-    device.queue.finish()
     for name in _QUEUEING:
         monkeypatch.setattr(cl, name, spy(name, getattr(cl, name)))
     raw_program = getattr(getattr(cl, "_cl", None), "_Program", None)
     if raw_program is not None and hasattr(raw_program, "_build"):   # (clBuildProgram)
         monkeypatch.setattr(raw_program, "_build", spy("build", raw_program._build))
+    return seen, unlocked, raw_program
+
+
+def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
+    """No command is queued while another thread builds a program: every launch, copy, fill and
+    map of each dialect's forward and gradients (the four ops of the thread test, with NumPy
+    arguments and with device arrays, and the torch bridge's modules) is queued holding
+    ``programs.driver_lock``, which each build holds too (NVIDIA's OpenCL crashed in a thread of
+    the driver when one thread built a program while others queued commands;
+    docs/platforms.md)."""
+    rng = np.random.default_rng(1)
+    xd, Rd, Wd, xd2 = (cla.to_device(device.queue, _r(rng, *s))
+                       for s in ((T, N, I), (4 * H, H), (4 * H, I), (T, N, I)))
+    device.queue.finish()
+    seen, unlocked, raw_program = _lock_spy(monkeypatch)
     programs.clear_memo()                 # (builds too: they take the lock themselves)
     for op in OPS:
         op(device)
@@ -238,6 +246,36 @@ def test_every_command_is_queued_under_the_driver_lock(device, monkeypatch):
     assert {"enqueue_nd_range_kernel", "enqueue_copy"} <= set(seen), sorted(set(seen))
     assert raw_program is None or "build" in seen, "no build seen: the spy missed them"
     assert not unlocked, unlocked[:5]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_public_op_queues_under_the_driver_lock(device, monkeypatch, dtype):
+    """Every public op (the fuzzer's valid base call of each), with NumPy arguments and with its
+    floating arguments as device arrays, queues every command holding
+    ``programs.driver_lock``."""
+    from helpers import fuzz as FZ
+
+    calls = 0
+    for op in sorted(FZ.OPS):
+        for on_device in (False, True):
+            case = FZ.OPS[op](np.random.default_rng([3, 0]), dtype)
+            if not case.device_ok:
+                continue
+            case.kwargs["device"] = device
+            if on_device:
+                for arg in case.args.values():
+                    value = getattr(arg, "value", None)
+                    if (isinstance(value, np.ndarray) and value.dtype.kind == "f"
+                            and value.size):
+                        arg.value = cla.to_device(device.queue, value)
+                device.queue.finish()
+            with monkeypatch.context() as m:
+                seen, unlocked, _ = _lock_spy(m)
+                case.call()
+                device.queue.finish()
+            assert not unlocked, f"{op} (device arrays: {on_device}): {unlocked[:2]}"
+            calls += bool(seen)
+    assert calls > 20, calls      # (the ops queued commands: the spy saw them)
 
 
 def test_a_launch_waits_for_the_driver_lock(device):
