@@ -169,17 +169,39 @@ def read_host(queue, reads, in_place: bool, wait: bool = True) -> list[np.ndarra
                     a.offset + off * a.dtype.itemsize, shape, a.dtype, is_blocking=False)
             pending = True
         else:
-            host = np.empty(shape, a.dtype)
-            with driver_lock:       # (queued under the lock, waited for outside it)
-                copied = cl.enqueue_copy(queue, host, a.base_data,
-                                         src_offset=a.offset + off * a.dtype.itemsize,
-                                         is_blocking=False)
-            copied.wait()           # (with the GIL released; the event is done when dropped)
+            host = _copy_to_host(queue, a, off, shape)
             pending = False
         outs.append(host)
     if wait and pending:
         queue.finish()
     return outs
+
+
+def _copy_to_host(queue, a: cla.Array, off: int, shape, wait_for=None) -> np.ndarray:
+    """A new host array of ``shape`` holding ``a``'s elements from element ``off`` on: one
+    copy, queued under :data:`~pyrnn_cl.programs.driver_lock` and waited for outside it, with
+    the GIL released (its event is done when it is dropped)."""
+    host = np.empty(shape, a.dtype)
+    with driver_lock:
+        copied = cl.enqueue_copy(queue, host, a.base_data,
+                                 src_offset=a.offset + off * a.dtype.itemsize,
+                                 wait_for=wait_for, is_blocking=False)
+    copied.wait()
+    return host
+
+
+def write_host(out: cla.Array, host: np.ndarray, wait: bool) -> cla.Array:
+    """``out`` with the host array ``host`` copied into it, the copy queued under
+    :data:`~pyrnn_cl.programs.driver_lock`. ``wait``: wait for it (outside the lock) before
+    returning, where the caller may change ``host`` as soon as this returns; otherwise
+    pyopencl holds ``host`` until the copy is done. (An empty array has nothing to copy.)"""
+    if not host.size:
+        return out
+    with driver_lock:
+        out.set(host, async_=True)
+    if wait:
+        out.finish()
+    return out
 
 
 def _upload(queue, a: np.ndarray, dtype, results_read: bool) -> cla.Array:
@@ -190,11 +212,8 @@ def _upload(queue, a: np.ndarray, dtype, results_read: bool) -> cla.Array:
     in a call that returns device arrays it waits (the caller may change that memory as soon
     as the op returns, while a result is still being computed)."""
     host = np.ascontiguousarray(a, dtype=dtype)
-    with driver_lock:
-        out = cla.to_device(queue, host, async_=True)
-    if not (results_read or not np.may_share_memory(host, a)):
-        out.finish()
-    return out
+    return write_host(empty(queue, host.shape, host.dtype), host,
+                      wait=not results_read and np.may_share_memory(host, a))
 
 
 def to_host(a: cla.Array, queue=None) -> np.ndarray:
@@ -204,12 +223,7 @@ def to_host(a: cla.Array, queue=None) -> np.ndarray:
     if not a.flags.c_contiguous or not a.size or queue is None:
         with driver_lock:
             return a.get(queue=queue)
-    host = np.empty(a.shape, a.dtype)
-    with driver_lock:
-        copied = cl.enqueue_copy(queue, host, a.base_data, src_offset=a.offset,
-                                 wait_for=a.events, is_blocking=False)
-    copied.wait()
-    return host
+    return _copy_to_host(queue, a, 0, a.shape, wait_for=a.events)
 
 
 def temporary(device, shape, dtype) -> cla.Array:
@@ -284,8 +298,7 @@ def result_zeros(device, shape, dtype) -> cla.Array:
     """:func:`result_array`, filled with zeros."""
     if results_pooled(device):
         return fill(temporary(device, shape, dtype), 0)
-    with driver_lock:
-        return cla.zeros(device.queue, shape, dtype)
+    return fill(empty(device.queue, shape, dtype), 0)
 
 
 @contextlib.contextmanager
@@ -384,8 +397,7 @@ def read_only_zeros(device, dtype, n) -> cla.Array:
     z = cache.get(dtype)
     if z is None or z.size < n:
         size = max(int(n), 2 * z.size if z is not None else 256)
-        with driver_lock:
-            z = cla.zeros(device.queue, (size,), dtype)
+        z = fill(empty(device.queue, (size,), dtype), 0)
         cache[dtype] = z
     return z
 
@@ -834,12 +846,8 @@ class Call:
         caller may change it as soon as the op returns)."""
         if results_pooled(self.device) and a.size:
             host = np.ascontiguousarray(a, dtype=dtype)
-            out = temporary(self.device, host.shape, host.dtype)
-            with driver_lock:
-                out.set(host, async_=True)
-            if not (self.numpy_out or not np.may_share_memory(host, a)):
-                out.finish()
-            return out
+            return write_host(temporary(self.device, host.shape, host.dtype), host,
+                              wait=not self.numpy_out and np.may_share_memory(host, a))
         return _upload(self.queue, a, dtype, self.numpy_out)
 
     def host(self, name, a):

@@ -130,12 +130,20 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from . import cudnn as _cudnn
 from . import sources as _sources
-from ._arrays import read_host, results_inside, shares_host_memory, temporary, wrap_host
+from ._arrays import (
+    empty,
+    fill,
+    read_host,
+    results_inside,
+    shares_host_memory,
+    temporary,
+    wrap_host,
+    write_host,
+)
 from ._types import DeviceArg
 from .devices import resolve_device
 from .errors import DTypeError, ShapeError, TensorDeviceError, UnsupportedError
 from .layout import HOST_RESERVED_SIZE, make_layout
-from .programs import driver_lock
 
 __all__ = ["RNN", "LSTM", "GRU"]
 
@@ -244,10 +252,7 @@ def _upload(dev, t: Optional[Tensor]):
         # (the caller keeps the array until the commands that read it have finished: pyopencl
         # holds ``a`` only as long as the buffer object lives, not until the device is done)
         return wrap_host(dev.queue, a)
-    out = temporary(dev, a.shape, a.dtype)
-    with driver_lock:
-        out.set(a, async_=True)
-    return out
+    return write_host(temporary(dev, a.shape, a.dtype), a, wait=False)
 
 
 # (device key, shape, dtype) -> a device array of zeros, never written
@@ -262,8 +267,7 @@ def _zeros_on(dev, dkey, t: Tensor):
     key = (dkey, a.shape, a.dtype)
     z = _ZEROS.get(key)
     if z is None:
-        with driver_lock:
-            z = cla.zeros(dev.queue, a.shape, a.dtype)
+        z = fill(empty(dev.queue, a.shape, a.dtype), 0)
         with _LOCK:
             if len(_ZEROS) >= 16:
                 _ZEROS.clear()
@@ -364,9 +368,8 @@ def _device_params(dev, dkey, slots, size, params, check_values=True):
         flat[off:off + n] = p.detach().reshape(-1)
     entry = _ParamsEntry()
     entry.host, entry.versions = _numpy(flat), versions
-    with driver_lock:
-        entry.array = cla.to_device(dev.queue, entry.host, async_=True)
-    entry.array.finish()
+    entry.array = write_host(empty(dev.queue, entry.host.shape, entry.host.dtype), entry.host,
+                             wait=True)
     isz = entry.host.dtype.itemsize
     entry.runs = [(p.data_ptr(), entry.host.ctypes.data + off * isz, n * isz)
                   if p.is_contiguous() else None for (off, n), p in zip(slots, params)]
