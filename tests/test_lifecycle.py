@@ -250,6 +250,7 @@ def test_exit_with_daemon_threads_in_ops(device, tmp_path):
     for _ in range(3):
         _result(_run(_DAEMONS_AT_EXIT, device, tmp_path))
 
+
 _QUEUED_AT_EXIT = _PROBLEM + textwrap.dedent("""
     import atexit, json
     import pyopencl as cl
